@@ -1,0 +1,45 @@
+# cache-operator. The two commands a newcomer needs: `make up` and `make test` (see README.md).
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+ROOT := $(abspath .)
+CLUSTER_BIN := $(ROOT)/bin/cluster
+KUBECTL := $(CLUSTER_BIN)/kubectl
+# The development cluster (make cluster / make up) and the one make test creates and deletes.
+DEV_CLUSTER := CLUSTER_NAME=cache-dev CLUSTER_DIR=$(ROOT)/.cluster
+TEST_CLUSTER := CLUSTER_NAME=cache-test CLUSTER_DIR=$(ROOT)/.cluster-test
+GO_TEST_FLAGS ?= -count=1
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+##@ Local cluster
+.PHONY: cluster-bin cluster cluster-down
+cluster-bin: ## build etcd, kube-*, kubectl, kwok(ctl) and the provisioner into bin/cluster (minutes, once)
+	@hack/cluster/build.sh
+
+cluster: cluster-bin ## create or restart the local cluster cache-dev; kubeconfig in .cluster/kubeconfig
+	@$(DEV_CLUSTER) hack/cluster/cluster.sh up
+
+cluster-down: ## stop every process of the local cluster and delete its files
+	@$(DEV_CLUSTER) hack/cluster/cluster.sh down
+
+##@ Tests
+.PHONY: test test-unit test-e2e
+test: cluster-bin ## every test: unit tests, then end-to-end tests on a fresh cluster cache-test
+	@$(MAKE) --no-print-directory test-unit
+	@$(MAKE) --no-print-directory test-e2e
+
+test-unit: ## unit and golden-file tests (no cluster)
+	go vet ./...
+	go test $(GO_TEST_FLAGS) ./...
+
+test-e2e: cluster-bin ## end-to-end tests on a fresh cluster cache-test (deleted afterwards)
+	@$(TEST_CLUSTER) hack/cluster/cluster.sh down >/dev/null
+	@$(TEST_CLUSTER) hack/cluster/cluster.sh up
+	$(E2E_ENV) go test $(GO_TEST_FLAGS) -p 1 -timeout 45m ./e2e/...
+	$(E2E_ENV) CACHE_E2E_LIFECYCLE=1 go test $(GO_TEST_FLAGS) -v -run TestClusterLifecycle ./e2e/lifecycle/
+
+E2E_ENV := CACHE_E2E=1 CACHE_E2E_CLUSTER_DIR=$(ROOT)/.cluster-test CACHE_E2E_CLUSTER_NAME=cache-test

@@ -1,0 +1,143 @@
+// Package framework is what the end-to-end tests share: the connection to the local test cluster
+// that `make test-e2e` creates (hack/cluster/cluster.sh), polling with deadlines, kubectl, and the
+// API audit log. It is test support only; nothing in the operator imports it.
+//
+// The tests run only when CACHE_E2E=1 (the Makefile sets it after creating the cluster); in a plain
+// `go test ./...` they skip, so unit tests never need a cluster.
+package framework
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Cluster is a connection to the local test cluster.
+type Cluster struct {
+	// Root is the repository's root folder.
+	Root string
+	// Dir is the cluster's state folder (kubeconfig, audit log, PID files).
+	Dir string
+	// Name is the kwokctl cluster name.
+	Name string
+	// Kubeconfig is the path of the cluster's admin kubeconfig.
+	Kubeconfig string
+	// Config is the admin client configuration, with rate limits lifted for tests.
+	Config *rest.Config
+	// Kube is a typed client.
+	Kube kubernetes.Interface
+	// Dynamic is a dynamic client.
+	Dynamic dynamic.Interface
+}
+
+// RepoRoot returns the repository's root folder.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Setup connects to the test cluster, or skips the test when end-to-end tests are not enabled.
+func Setup(t testing.TB) *Cluster {
+	t.Helper()
+	if os.Getenv("CACHE_E2E") != "1" {
+		t.Skip("end-to-end test: run with `make test-e2e` (CACHE_E2E=1 and a running test cluster)")
+	}
+	root := RepoRoot()
+	c := &Cluster{
+		Root: root,
+		Dir:  envOr("CACHE_E2E_CLUSTER_DIR", filepath.Join(root, ".cluster-test")),
+		Name: envOr("CACHE_E2E_CLUSTER_NAME", "cache-test"),
+	}
+	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		t.Fatalf("loading the test cluster's kubeconfig %s (is it running? `make test-e2e` creates it): %v", c.Kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	cfg.UserAgent = "cache-operator-e2e"
+	c.Config = cfg
+	c.Kube = kubernetes.NewForConfigOrDie(cfg)
+	c.Dynamic = dynamic.NewForConfigOrDie(cfg)
+	return c
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// Bin returns the path of a binary built by `make cluster-bin`.
+func (c *Cluster) Bin(name string) string { return filepath.Join(c.Root, "bin", "cluster", name) }
+
+// Kubectl runs the cluster's kubectl against the test cluster and returns its combined output.
+func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, c.Bin("kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, out.String())
+	}
+	return out.String(), nil
+}
+
+// Namespace creates a namespace with a random suffix and deletes it when the test ends.
+func (c *Cluster) Namespace(t testing.TB, prefix string) string {
+	t.Helper()
+	name := prefix + "-" + rand.String(5)
+	ctx := context.Background()
+	_, err := c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		err := c.Kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Logf("deleting namespace %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// Eventually polls cond every interval until it reports done or the timeout passes. cond returns
+// whether it is done and a description of what it saw; on timeout the test fails with that
+// description (and the last error), so a failure says what state the cluster was in.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (done bool, seen string, err error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	interval := 100 * time.Millisecond
+	var seen string
+	var err error
+	for {
+		var done bool
+		done, seen, err = cond()
+		if done && err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s; last seen: %s; last error: %v", timeout, what, seen, err)
+		}
+		time.Sleep(interval)
+		if interval < time.Second {
+			interval *= 2
+		}
+	}
+}
