@@ -1,0 +1,43 @@
+package engine
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Children renders the desired children of mc: the templates' objects with the cache's
+// namespace, standard labels and controller reference. password is the cache's password (from the
+// live Secret, or newly generated).
+func (r *Renderer) Children(mc *unstructured.Unstructured, spec Spec, imageRepository, password string) ([]*unstructured.Unstructured, error) {
+	objs, err := r.Render(NewValues(mc, spec, imageRepository, password))
+	if err != nil {
+		return nil, err
+	}
+	ref := ownerReference(mc)
+	for _, o := range objs {
+		o.SetOwnerReferences([]metav1.OwnerReference{ref})
+	}
+	return objs, nil
+}
+
+// Kinds returns the kinds the templates produce, by rendering a sample cache. The controller
+// watches exactly these.
+func (r *Renderer) Kinds() ([]schema.GroupVersionKind, error) {
+	sample := &unstructured.Unstructured{}
+	sample.SetName("sample")
+	sample.SetNamespace("default")
+	objs, err := r.Render(NewValues(sample, Spec{Size: 3, Version: "7.4", StorageGi: 1, EvictionPolicy: DefaultEvictionPolicy}, "redis", "sample"))
+	if err != nil {
+		return nil, err
+	}
+	seen := map[schema.GroupVersionKind]bool{}
+	var kinds []schema.GroupVersionKind
+	for _, o := range objs {
+		if gvk := o.GroupVersionKind(); !seen[gvk] {
+			seen[gvk] = true
+			kinds = append(kinds, gvk)
+		}
+	}
+	return kinds, nil
+}

@@ -1,0 +1,13 @@
+{{/*
+redis.conf: the server configuration, written into the container at start. The password is not
+here: the container appends it from the Secret at start, so it never appears in the pod spec.
+The StatefulSet's pod template carries a checksum of this text, so a change rolls the pods.
+*/}}
+{{- define "redis.conf" -}}
+port 6379
+bind * -::*
+protected-mode no
+dir /data
+appendonly yes
+maxmemory-policy {{ .Spec.EvictionPolicy }}
+{{- end }}
