@@ -1,0 +1,193 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+func mustDecode(t *testing.T, doc string) *unstructured.Unstructured {
+	t.Helper()
+	o, err := decodeDocument(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+const desiredSTS = `
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: c, namespace: ns, labels: {a: "1"}}
+spec:
+  replicas: 3
+  template:
+    spec:
+      containers:
+      - name: redis
+        image: redis:7.4
+        ports: [{containerPort: 6379, protocol: TCP}]
+        resources: {requests: {memory: 1Gi}}
+        command: [sh, -c, run]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec: {resources: {requests: {storage: 10Gi}}}
+`
+
+func TestDrift(t *testing.T) {
+	cases := []struct {
+		name string
+		live string
+		want []string // substrings of the drift, in order; empty: no drift
+	}{
+		{"identical plus server defaults and other managers' fields", `
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: c, namespace: ns, resourceVersion: "7", labels: {a: "1", other: x}, annotations: {added-by: someone}}
+spec:
+  replicas: 3
+  revisionHistoryLimit: 10
+  template:
+    spec:
+      containers:
+      - name: istio-proxy
+        image: proxy
+      - name: redis
+        image: redis:7.4
+        terminationMessagePath: /dev/termination-log
+        ports: [{containerPort: 6379, protocol: TCP}]
+        resources: {requests: {memory: 1024Mi}}
+        command: [sh, -c, run]
+  volumeClaimTemplates:
+  - apiVersion: v1
+    kind: PersistentVolumeClaim
+    metadata: {name: data}
+    spec: {volumeMode: Filesystem, resources: {requests: {storage: 10Gi}}}
+    status: {phase: Pending}
+status: {replicas: 3}
+`, nil},
+		{"a field we set changed", `
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: c, namespace: ns, labels: {a: "2"}}
+spec:
+  replicas: 5
+  template:
+    spec:
+      containers:
+      - name: redis
+        image: redis:7.4
+        ports: [{containerPort: 6379, protocol: TCP}]
+        resources: {requests: {memory: 2Gi}}
+        command: [sh, -c, run, extra]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec: {resources: {requests: {storage: 10Gi}}}
+`, []string{".metadata.labels.a: differs", ".spec.replicas: differs",
+			".spec.template.spec.containers[name=redis].command: 4 items, want 3",
+			".spec.template.spec.containers[name=redis].resources.requests.memory: differs"}},
+		{"a keyed element and a whole field missing", `
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: c, namespace: ns, labels: {a: "1"}}
+spec:
+  template:
+    spec:
+      containers:
+      - name: other
+        image: redis:7.4
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec: {resources: {requests: {storage: 10Gi}}}
+`, []string{".spec.replicas: missing", ".spec.template.spec.containers[name=redis]: missing"}},
+	}
+	d := NewDiffer()
+	desired := mustDecode(t, desiredSTS)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := d.Drift(desired, mustDecode(t, tc.live), "cache-operator")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("drift %q, want %d entries like %q", got, len(tc.want), tc.want)
+			}
+			for i := range got {
+				if !strings.Contains(got[i], tc.want[i]) {
+					t.Errorf("drift[%d] = %q, want %q", i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+// A field the operator applied before but no longer renders is drift, so that the next apply
+// removes it; the same field owned by another manager is not.
+func TestDriftFieldRemovedFromTemplate(t *testing.T) {
+	d := NewDiffer()
+	desired := mustDecode(t, `
+apiVersion: v1
+kind: Service
+metadata: {name: c, namespace: ns}
+spec: {ports: [{port: 6379, protocol: TCP}]}
+`)
+	live := mustDecode(t, `
+apiVersion: v1
+kind: Service
+metadata: {name: c, namespace: ns}
+spec: {publishNotReadyAddresses: true, ports: [{port: 6379, protocol: TCP}]}
+`)
+	fields := `{"f:spec":{"f:publishNotReadyAddresses":{},"f:ports":{"k:{\"port\":6379,\"protocol\":\"TCP\"}":{".":{},"f:port":{},"f:protocol":{}}}}}`
+	for _, tc := range []struct {
+		manager string
+		want    int
+	}{{"cache-operator", 1}, {"kubectl", 0}} {
+		live.SetManagedFields([]metav1.ManagedFieldsEntry{{
+			Manager: tc.manager, Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1",
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)},
+		}})
+		got, err := d.Drift(desired, live, "cache-operator")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != tc.want || (tc.want == 1 && !strings.Contains(got[0], ".spec.publishNotReadyAddresses: no longer set")) {
+			t.Errorf("owned by %s: drift %q, want %d removal", tc.manager, got, tc.want)
+		}
+	}
+}
+
+func TestEqualScalar(t *testing.T) {
+	for _, tc := range []struct {
+		a, b interface{}
+		eq   bool
+	}{
+		{"10Gi", "10Gi", true}, {"1Gi", "1024Mi", true}, {"100m", "0.1", true}, {"1Gi", "1G", false},
+		{int64(3), float64(3), true}, {int64(3), int64(4), false}, {"7.4", "7.40", true}, {"a", "b", false},
+		{true, true, true}, {true, false, false}, {"3", int64(3), false},
+	} {
+		if got := equalScalar(tc.a, tc.b); got != tc.eq {
+			t.Errorf("equalScalar(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.eq)
+		}
+	}
+}
+
+// The rendered children, compared with themselves, never drift: the templates produce nothing
+// the differ cannot read.
+func TestRenderedChildrenDoNotDriftFromThemselves(t *testing.T) {
+	r := mustRenderer(t)
+	mc := readCache(t, "../testdata/render/size-3-allkeys-lru.input.yaml")
+	spec, _ := SpecFrom(mc)
+	objs, err := r.Children(mc, spec, "redis", goldenPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDiffer()
+	for _, o := range objs {
+		got, err := d.Drift(o, o.DeepCopy(), "cache-operator")
+		if err != nil || len(got) > 0 {
+			t.Errorf("%s: drift %q, err %v", objectID(o), got, err)
+		}
+	}
+}
