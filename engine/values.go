@@ -33,9 +33,20 @@ type Values struct {
 	SelectorLabels map[string]string
 	// PrimaryHost is the DNS name of ordinal 0, the primary.
 	PrimaryHost string
+	// SecretName is the name of the Secret that holds the password.
+	SecretName string
+	// PasswordKey is the key of the password in that Secret.
+	PasswordKey string
 	// Password is the cache's password: read from the live Secret, or generated once.
 	Password string
 }
+
+// PasswordKey is the key of the password in a cache's Secret.
+const PasswordKey = "password"
+
+// SecretName returns the name of the Secret that holds a cache's password. The operator reads the
+// password from this Secret before rendering, so the name is fixed here, not in a template.
+func SecretName(cacheName string) string { return cacheName + "-auth" }
 
 // Defaults of the CRD schema, applied again here so that an object the API server did not
 // default (an older stored object, a test) renders the same.
@@ -142,6 +153,8 @@ func NewValues(mc *unstructured.Unstructured, spec Spec, imageRepository, passwo
 		Labels:         StandardLabels(name),
 		SelectorLabels: SelectorLabels(name),
 		PrimaryHost:    fmt.Sprintf("%s-0.%s.%s.svc.cluster.local", name, name, ns),
+		SecretName:     SecretName(name),
+		PasswordKey:    PasswordKey,
 		Password:       password,
 	}
 }

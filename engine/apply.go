@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/csaupgrade"
+)
+
+// Outcome is what applying one child did.
+type Outcome string
+
+// Outcomes of applying a child.
+const (
+	Created    Outcome = "created"
+	Configured Outcome = "configured"
+	Unchanged  Outcome = "unchanged"
+	Failed     Outcome = "failed"
+)
+
+// Applier writes children with server-side apply under one field manager, forcing ownership of
+// the fields it sets.
+type Applier struct {
+	client  dynamic.Interface
+	mapper  meta.RESTMapper
+	manager string
+}
+
+// NewApplier returns an Applier that writes as field manager manager.
+func NewApplier(client dynamic.Interface, mapper meta.RESTMapper, manager string) *Applier {
+	return &Applier{client: client, mapper: mapper, manager: manager}
+}
+
+func (a *Applier) resource(obj *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
+	gvk := obj.GroupVersionKind()
+	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", objectID(obj), err)
+	}
+	return a.client.Resource(m.Resource).Namespace(obj.GetNamespace()), nil
+}
+
+// Apply server-side applies obj. live, when given, is the current object: if this manager once
+// created it with a plain create (an "Update" entry in managedFields), its fields are first moved
+// to the apply entry, so that a field later dropped from a template really is removed.
+func (a *Applier) Apply(ctx context.Context, obj, live *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	ri, err := a.resource(obj)
+	if err != nil {
+		return nil, err
+	}
+	if live != nil && hasUpdateEntry(live, a.manager) {
+		patch, err := csaupgrade.UpgradeManagedFieldsPatch(live, sets.New(a.manager), a.manager)
+		if err != nil {
+			return nil, fmt.Errorf("%s: upgrading managed fields: %w", objectID(obj), err)
+		}
+		if patch != nil {
+			if _, err := ri.Patch(ctx, obj.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: a.manager}); err != nil {
+				return nil, fmt.Errorf("%s: upgrading managed fields: %w", objectID(obj), err)
+			}
+		}
+	}
+	out, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: a.manager, Force: true})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", objectID(obj), err)
+	}
+	return out, nil
+}
+
+// Create creates obj, failing if it exists: used for the Secret, whose password must be written
+// exactly once even if the informer cache is behind.
+func (a *Applier) Create(ctx context.Context, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	ri, err := a.resource(obj)
+	if err != nil {
+		return nil, err
+	}
+	out, err := ri.Create(ctx, obj, metav1.CreateOptions{FieldManager: a.manager})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", objectID(obj), err)
+	}
+	return out, nil
+}
+
+// Get reads obj from the API server, bypassing the cache (used only on error paths).
+func (a *Applier) Get(ctx context.Context, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	ri, err := a.resource(obj)
+	if err != nil {
+		return nil, err
+	}
+	return ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
+}
+
+// isPermanent reports whether an apply error will not go away by retrying the same request: the
+// object is invalid, or an immutable field would change. Such errors become a condition and an
+// Event; the cache is retried when it or a child changes, not in a hot loop.
+func isPermanent(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
+		(apierrors.IsForbidden(err) && strings.Contains(err.Error(), "Forbidden: updates to"))
+}
+
+// gvrFor maps a kind to its resource.
+func gvrFor(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (schema.GroupVersionResource, error) {
+	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return schema.GroupVersionResource{}, err
+	}
+	return m.Resource, nil
+}

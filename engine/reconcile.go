@@ -1,0 +1,231 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+)
+
+var (
+	secretGVK      = schema.GroupVersionKind{Version: "v1", Kind: "Secret"}
+	statefulSetGVK = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}
+)
+
+// errStaleCache means the informer cache is behind the API server; the key is retried.
+var errStaleCache = errors.New("informer cache is behind the API server; retrying")
+
+// reconcile brings the cache named key to its desired state from the current state alone: the
+// ManagedCache and its children as the informer caches hold them. A cache that is already right
+// costs no API request.
+func (c *Controller) reconcile(ctx context.Context, key string) error {
+	ns, name, err := splitKey(key)
+	if err != nil {
+		klog.ErrorS(err, "Dropping malformed key", "key", key)
+		return nil
+	}
+	obj, exists, err := c.caches.GetIndexer().GetByKey(key)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		klog.V(4).InfoS("ManagedCache is gone; its children are left to garbage collection", "managedcache", key)
+		return nil
+	}
+	mc := obj.(*unstructured.Unstructured).DeepCopy()
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "managedcache", klog.KRef(ns, name))
+	ctx = klog.NewContext(ctx, logger)
+
+	if mc.GetDeletionTimestamp() != nil {
+		return c.finalize(ctx, mc)
+	}
+	if !hasFinalizer(mc) {
+		if mc, err = c.addFinalizer(ctx, mc); err != nil {
+			return err
+		}
+	}
+
+	spec, err := SpecFrom(mc)
+	if err != nil {
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonInvalidSpec, "Invalid spec: %v", err)
+		return c.writeStatus(ctx, mc, invalidStatus(mc, ReasonInvalidSpec, err.Error()))
+	}
+
+	password, err := c.password(mc)
+	if err != nil {
+		return err
+	}
+	desired, err := c.renderer.Children(mc, spec, c.opts.ImageRepository, password)
+	if err != nil {
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRenderFailed, "Rendering templates failed: %v", err)
+		return c.writeStatus(ctx, mc, invalidStatus(mc, ReasonRenderFailed, err.Error()))
+	}
+	sortForApply(desired)
+
+	var failReason, failMessage string
+	var retry error
+	var sts *unstructured.Unstructured
+	for _, want := range desired {
+		live, outcome, err := c.sync(ctx, mc, want)
+		if want.GroupVersionKind() == statefulSetGVK && live != nil {
+			sts = live
+		}
+		if err == nil {
+			logger.V(2).Info("Child", "object", objectID(want), "outcome", outcome)
+			continue
+		}
+		reason := want.GetKind() + "Failed"
+		if failReason == "" {
+			failReason, failMessage = reason, err.Error()
+		}
+		logger.Error(err, "Child failed", "object", objectID(want))
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, reason, "%v", err)
+		if !isPermanent(err) && !isConflict(err) {
+			retry = errors.Join(retry, err)
+		}
+	}
+	if err := c.writeStatus(ctx, mc, newStatus(mc, spec, sts, failReason, failMessage)); err != nil {
+		return errors.Join(retry, err)
+	}
+	return retry
+}
+
+// errNotOurs marks a child that exists but belongs to something else.
+type errNotOurs struct{ msg string }
+
+func (e errNotOurs) Error() string { return e.msg }
+
+func isConflict(err error) bool {
+	var n errNotOurs
+	return errors.As(err, &n)
+}
+
+// sync makes one child match want. It returns the child as it now is (the applied result, or the
+// cached object when nothing changed).
+func (c *Controller) sync(ctx context.Context, mc, want *unstructured.Unstructured) (*unstructured.Unstructured, Outcome, error) {
+	live, err := c.child(want.GroupVersionKind(), want.GetNamespace(), want.GetName())
+	if err != nil {
+		return nil, Failed, err
+	}
+	if live == nil {
+		if want.GroupVersionKind() == secretGVK {
+			return c.createSecret(ctx, mc, want)
+		}
+		out, err := c.applier.Apply(ctx, want, nil)
+		if err != nil {
+			return nil, Failed, err
+		}
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Created", "Created %s", objectID(want))
+		return out, Created, nil
+	}
+	switch own, why := ownershipOf(live, mc.GetName(), mc.GetUID()); own {
+	case ownedByOther:
+		return live, Failed, errNotOurs{why + "; not adopting it"}
+	case orphanOfCache:
+		out, err := c.applier.Apply(ctx, want, live)
+		if err != nil {
+			return live, Failed, err
+		}
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Adopted", "Adopted orphaned %s", objectID(want))
+		return out, Configured, nil
+	}
+	drift, err := c.differ.Drift(want, live, c.opts.FieldManager)
+	if err != nil {
+		return live, Failed, err
+	}
+	if len(drift) == 0 {
+		return live, Unchanged, nil
+	}
+	out, err := c.applier.Apply(ctx, want, live)
+	if err != nil {
+		return live, Failed, err
+	}
+	c.recorder.Eventf(mc, corev1.EventTypeNormal, "Updated", "Updated %s: %s", objectID(want), summarize(drift))
+	return out, Configured, nil
+}
+
+// createSecret creates the password Secret with a plain create, which fails if it exists: if the
+// cache was merely behind, the password that is already there is kept (the key is retried once
+// the cache catches up) instead of being overwritten by a new one.
+func (c *Controller) createSecret(ctx context.Context, mc, want *unstructured.Unstructured) (*unstructured.Unstructured, Outcome, error) {
+	out, err := c.applier.Create(ctx, want)
+	if err == nil {
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Created", "Created %s", objectID(want))
+		return out, Created, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return nil, Failed, err
+	}
+	live, getErr := c.applier.Get(ctx, want)
+	if getErr != nil {
+		return nil, Failed, errors.Join(err, getErr)
+	}
+	if own, why := ownershipOf(live, mc.GetName(), mc.GetUID()); own == ownedByOther {
+		return nil, Failed, errNotOurs{why + "; not adopting it"}
+	}
+	return nil, Failed, fmt.Errorf("%s: %w", objectID(want), errStaleCache)
+}
+
+// password returns the password held by the cache's live Secret, or a new one if there is none.
+func (c *Controller) password(mc *unstructured.Unstructured) (string, error) {
+	secret, err := c.child(secretGVK, mc.GetNamespace(), SecretName(mc.GetName()))
+	if err != nil {
+		return "", err
+	}
+	if p := passwordFrom(secret); p != "" {
+		return p, nil
+	}
+	return newPassword()
+}
+
+// writeStatus writes s to the status subresource if it differs from what mc has.
+func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructured, s cacheStatus) error {
+	updated, err := withStatus(mc, s)
+	if err != nil || updated == nil {
+		return err
+	}
+	_, err = c.client.Resource(Resource).Namespace(mc.GetNamespace()).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: c.opts.FieldManager})
+	if err != nil {
+		return fmt.Errorf("ManagedCache/%s/%s: writing status: %w", mc.GetNamespace(), mc.GetName(), err)
+	}
+	ready := "Unknown"
+	for _, cond := range s.Conditions {
+		if cond.Type == ConditionReady {
+			ready = cond.Reason
+		}
+	}
+	klog.FromContext(ctx).Info("Status updated", "ready", ready, "readyReplicas", s.ReadyReplicas)
+	return nil
+}
+
+// sortForApply puts Secrets first (the StatefulSet's pods need them), keeping template order
+// otherwise.
+func sortForApply(objs []*unstructured.Unstructured) {
+	sort.SliceStable(objs, func(i, j int) bool {
+		return objs[i].GetKind() == "Secret" && objs[j].GetKind() != "Secret"
+	})
+}
+
+// summarize lists up to five drifted paths.
+func summarize(drift []string) string {
+	if len(drift) > 5 {
+		return strings.Join(drift[:5], "; ") + fmt.Sprintf("; and %d more", len(drift)-5)
+	}
+	return strings.Join(drift, "; ")
+}
+
+func splitKey(key string) (string, string, error) {
+	parts := strings.Split(key, "/")
+	if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
+		return "", "", fmt.Errorf("key %q is not namespace/name", key)
+	}
+	return parts[0], parts[1], nil
+}

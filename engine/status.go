@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"fmt"
+	"reflect"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// ConditionReady is the condition that says whether a cache is serving.
+const ConditionReady = "Ready"
+
+// Reasons of the Ready condition. A failing child sets <Kind>Failed (SecretFailed, ServiceFailed,
+// StatefulSetFailed, PodDisruptionBudgetFailed).
+const (
+	ReasonAllReplicasReady   = "AllReplicasReady"
+	ReasonWaitingForReplicas = "WaitingForReplicas"
+	ReasonInvalidSpec        = "InvalidSpec"
+	ReasonRenderFailed       = "RenderFailed"
+)
+
+// cacheStatus is the status of a ManagedCache, as the CRD declares it.
+type cacheStatus struct {
+	Conditions         []metav1.Condition `json:"conditions,omitempty"`
+	ReadyReplicas      int64              `json:"readyReplicas"`
+	Endpoint           string             `json:"endpoint,omitempty"`
+	Selector           string             `json:"selector,omitempty"`
+	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+}
+
+// statusOf reads the status of mc; a malformed status reads as empty (it is rewritten whole).
+func statusOf(mc *unstructured.Unstructured) cacheStatus {
+	var s cacheStatus
+	if raw, ok := mc.Object["status"].(map[string]interface{}); ok {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &s); err != nil {
+			return cacheStatus{}
+		}
+	}
+	return s
+}
+
+// setReady sets the Ready condition; lastTransitionTime moves only when the status flips.
+func (s *cacheStatus) setReady(generation int64, ready bool, reason, message string) {
+	status := metav1.ConditionFalse
+	if ready {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
+		Type: ConditionReady, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
+	})
+}
+
+// newStatus computes the status of mc from what the reconcile saw. failure, when set, is the
+// reason and message of the first child that could not be applied.
+func newStatus(mc *unstructured.Unstructured, spec Spec, sts *unstructured.Unstructured, failReason, failMessage string) cacheStatus {
+	s := statusOf(mc)
+	gen := mc.GetGeneration()
+	s.ObservedGeneration = gen
+	s.Endpoint = fmt.Sprintf("%s.%s.svc.cluster.local:6379", mc.GetName(), mc.GetNamespace())
+	s.Selector = labels.SelectorFromSet(SelectorLabels(mc.GetName())).String()
+	s.ReadyReplicas = 0
+	upToDate := false
+	if sts != nil {
+		s.ReadyReplicas, _, _ = unstructured.NestedInt64(sts.Object, "status", "readyReplicas")
+		observed, _, _ := unstructured.NestedInt64(sts.Object, "status", "observedGeneration")
+		updated, _, _ := unstructured.NestedInt64(sts.Object, "status", "updatedReplicas")
+		upToDate = observed >= sts.GetGeneration() && updated >= spec.Size
+	}
+	msg := fmt.Sprintf("%d/%d replicas ready", s.ReadyReplicas, spec.Size)
+	switch {
+	case failReason != "":
+		s.setReady(gen, false, failReason, failMessage)
+	case upToDate && s.ReadyReplicas >= spec.Size:
+		s.setReady(gen, true, ReasonAllReplicasReady, msg)
+	default:
+		s.setReady(gen, false, ReasonWaitingForReplicas, msg)
+	}
+	return s
+}
+
+// invalidStatus is the status of a cache whose spec or templates cannot be rendered.
+func invalidStatus(mc *unstructured.Unstructured, reason, message string) cacheStatus {
+	s := statusOf(mc)
+	s.ObservedGeneration = mc.GetGeneration()
+	s.setReady(mc.GetGeneration(), false, reason, message)
+	return s
+}
+
+// withStatus returns a copy of mc carrying s, or nil when s is what mc already has.
+func withStatus(mc *unstructured.Unstructured, s cacheStatus) (*unstructured.Unstructured, error) {
+	if reflect.DeepEqual(statusOf(mc), s) {
+		return nil, nil
+	}
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&s)
+	if err != nil {
+		return nil, err
+	}
+	out := mc.DeepCopy()
+	out.Object["status"] = raw
+	return out, nil
+}
