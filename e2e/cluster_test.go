@@ -153,6 +153,7 @@ func TestAuditLogRecordsMutatingRequests(t *testing.T) {
 		if err != nil {
 			return false, "", err
 		}
+		var seen []string
 		for _, ev := range events {
 			if ev.ObjectRef == nil || ev.ObjectRef.Namespace != ns || ev.ObjectRef.Resource != "configmaps" {
 				continue
@@ -162,7 +163,10 @@ func TestAuditLogRecordsMutatingRequests(t *testing.T) {
 				ev.ResponseStatus != nil && ev.ResponseStatus.Code == 201 {
 				return true, "", nil
 			}
-			return false, fmt.Sprintf("event %s %s/%s by %q (%s)", ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Name, ev.UserAgent, ev.User.Username), nil
+			seen = append(seen, fmt.Sprintf("%s %s/%s by %q (%s)", ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Name, ev.UserAgent, ev.User.Username))
+		}
+		if len(seen) > 0 {
+			return false, strings.Join(seen, "; "), nil
 		}
 		return false, fmt.Sprintf("%d events, none for namespace %s", len(events), ns), nil
 	})

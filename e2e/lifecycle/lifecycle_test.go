@@ -15,8 +15,8 @@ import (
 )
 
 // clusterProcesses returns "pid cmdline" of every running process of the test cluster: started
-// from bin/cluster/ with the cluster's folder on its command line (a development cluster started
-// by `make up` from the same binaries is not counted).
+// from bin/cluster/ (or from the copies kwokctl keeps in the cluster's folder) with the cluster's
+// folder on its command line. A development cluster started by `make up` is not counted.
 func clusterProcesses(t *testing.T, c *framework.Cluster) []string {
 	t.Helper()
 	prefix := filepath.Join(c.Root, "bin", "cluster") + "/"
@@ -31,7 +31,8 @@ func clusterProcesses(t *testing.T, c *framework.Cluster) []string {
 			continue
 		}
 		cmdline := strings.ReplaceAll(strings.TrimRight(string(raw), "\x00"), "\x00", " ")
-		if strings.HasPrefix(cmdline, prefix) && strings.Contains(cmdline, c.Dir+"/") {
+		fromOurs := strings.HasPrefix(cmdline, prefix) || strings.HasPrefix(cmdline, c.Dir+"/")
+		if fromOurs && strings.Contains(cmdline, c.Dir+"/") {
 			found = append(found, e.Name()+" "+cmdline)
 		}
 	}

@@ -103,7 +103,7 @@ down() {
 	# kwokctl stops its components by PID; a process of this cluster (its command line names the
 	# cluster's folder) still running is a leak: report and end it.
 	local left
-	left=$(pgrep -f "^$bin/.*$state/" || true)
+	left=$(pgrep -f "^($bin/|$state/kwok/)[^ ]+ .*$state/" || true)
 	if [[ -n $left ]]; then
 		log "ending leftover processes: $left"
 		kill -9 $left 2>/dev/null || true
