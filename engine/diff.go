@@ -72,9 +72,18 @@ func (d *Differ) Drift(desired, live *unstructured.Unstructured, manager string)
 		if err != nil {
 			return nil, fmt.Errorf("%s: field set of desired object: %w", objectID(desired), err)
 		}
-		removed := owned.Difference(set)
-		removed.Leaves().Iterate(func(p fieldpath.Path) {
-			drift = append(drift, p.String()+": no longer set")
+		// A create records the maps it fills as owned themselves (".metadata.labels"); applied
+		// objects do not. A path that is a parent of a field we set is not a removal.
+		parents := map[string]bool{}
+		set.Iterate(func(p fieldpath.Path) {
+			for i := 1; i < len(p); i++ {
+				parents[p[:i].String()] = true
+			}
+		})
+		owned.Difference(set).Leaves().Iterate(func(p fieldpath.Path) {
+			if !parents[p.String()] {
+				drift = append(drift, p.String()+": no longer set")
+			}
 		})
 	}
 	sort.Strings(drift)

@@ -191,3 +191,33 @@ func TestRenderedChildrenDoNotDriftFromThemselves(t *testing.T) {
 		}
 	}
 }
+
+// A Secret created with a plain create is owned through an "Update" entry that also lists the
+// maps it filled ("."); that is not drift. A key of that entry we no longer render is.
+func TestDriftAfterCreate(t *testing.T) {
+	d := NewDiffer()
+	desired := mustDecode(t, `
+apiVersion: v1
+kind: Secret
+metadata: {name: s, namespace: ns, labels: {a: "1"}}
+data: {password: cA==}
+`)
+	live := mustDecode(t, `
+apiVersion: v1
+kind: Secret
+metadata: {name: s, namespace: ns, labels: {a: "1"}}
+data: {password: cA==, old: cA==}
+`)
+	entry := func(fields string) []metav1.ManagedFieldsEntry {
+		return []metav1.ManagedFieldsEntry{{Manager: "cache-operator", Operation: metav1.ManagedFieldsOperationUpdate,
+			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}}
+	}
+	live.SetManagedFields(entry(`{"f:data":{".":{},"f:password":{}},"f:metadata":{"f:labels":{".":{},"f:a":{}}}}`))
+	if got, err := d.Drift(desired, live, "cache-operator"); err != nil || len(got) != 0 {
+		t.Errorf("fresh create: drift %q, err %v; want none", got, err)
+	}
+	live.SetManagedFields(entry(`{"f:data":{".":{},"f:password":{},"f:old":{}},"f:metadata":{"f:labels":{".":{},"f:a":{}}}}`))
+	if got, err := d.Drift(desired, live, "cache-operator"); err != nil || len(got) != 1 || got[0] != ".data.old: no longer set" {
+		t.Errorf("dropped key: drift %q, err %v; want .data.old removed", got, err)
+	}
+}

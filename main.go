@@ -1,0 +1,79 @@
+// Command cache-operator runs the ManagedCache controller (package engine) against the cluster of
+// --kubeconfig, or in-cluster config when that is empty.
+package main
+
+import (
+	"context"
+	"flag"
+	"io/fs"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"example.com/cache-operator/engine"
+	"example.com/cache-operator/templates"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+const fieldManager = "cache-operator"
+
+func main() {
+	var (
+		kubeconfig   = flag.String("kubeconfig", "", "path to a kubeconfig; empty: in-cluster configuration")
+		templatesDir = flag.String("templates-dir", "", "render children from this folder instead of the embedded templates")
+		imageRepo    = flag.String("image-repository", "redis", "Redis image repository; the tag is spec.version")
+		workers      = flag.Int("workers", 4, "caches reconciled in parallel")
+		qps          = flag.Float64("kube-api-qps", 50, "client-side limit of API requests per second")
+		burst        = flag.Int("kube-api-burst", 100, "client-side burst of API requests")
+		resync       = flag.Duration("resync", 10*time.Hour, "re-check every cache this often even without events (0: never)")
+	)
+	klog.InitFlags(nil)
+	flag.Parse()
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		klog.Fatalf("loading client configuration: %v", err)
+	}
+	cfg.QPS, cfg.Burst = float32(*qps), *burst
+	cfg.UserAgent = fieldManager
+	var tfs fs.FS = templates.FS
+	if *templatesDir != "" {
+		tfs = os.DirFS(*templatesDir)
+	}
+	renderer, err := engine.NewRenderer(tfs)
+	if err != nil {
+		klog.Fatalf("templates: %v", err)
+	}
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
+
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: fieldManager})
+
+	ctrl, err := engine.New(dyn, mapper, renderer, recorder, engine.Options{
+		ImageRepository: *imageRepo, Workers: *workers, Resync: *resync, FieldManager: fieldManager,
+	})
+	if err != nil {
+		klog.Fatalf("building controller: %v", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	klog.InfoS("Starting cache-operator", "templates", renderer.TemplateNames(), "imageRepository", *imageRepo)
+	if err := ctrl.Run(ctx); err != nil {
+		klog.Fatalf("controller: %v", err)
+	}
+	klog.InfoS("Stopped")
+}
