@@ -26,6 +26,29 @@ cluster: cluster-bin ## create or restart the local cluster cache-dev; kubeconfi
 cluster-down: ## stop every process of the local cluster and delete its files
 	@$(DEV_CLUSTER) hack/cluster/cluster.sh down
 
+##@ Operator
+OPERATOR := $(ROOT)/bin/cache-operator
+DEV_KUBECONFIG := $(ROOT)/.cluster/kubeconfig
+RUN_ARGS ?=
+.PHONY: build install run up down
+build: ## build bin/cache-operator
+	CGO_ENABLED=0 go build -trimpath -o $(OPERATOR) .
+
+install: ## apply the CRD to the current kubeconfig ($$KUBECONFIG)
+	$(KUBECTL) apply --server-side -k crd/
+	$(KUBECTL) wait --for=condition=Established crd/managedcaches.cache.example.com --timeout=60s
+
+run: build install ## run the operator in the foreground against the current kubeconfig
+	$(OPERATOR) --kubeconfig "$${KUBECONFIG:-$$HOME/.kube/config}" $(RUN_ARGS)
+
+up: cluster build ## the main job: local cluster, CRD, operator, sample cache; waits until Ready
+	@DEV_KUBECONFIG=$(DEV_KUBECONFIG) OPERATOR=$(OPERATOR) KUBECTL=$(KUBECTL) hack/up.sh
+
+down: ## stop the operator started by make up, then the local cluster
+	@if [ -f .cluster/operator.pid ] && kill -0 $$(cat .cluster/operator.pid) 2>/dev/null; then \
+		echo "down: stopping the operator (PID $$(cat .cluster/operator.pid))"; kill $$(cat .cluster/operator.pid); fi
+	@$(MAKE) --no-print-directory cluster-down
+
 ##@ Tests
 .PHONY: test test-unit test-e2e
 test: cluster-bin ## every test: unit tests, then end-to-end tests on a fresh cluster cache-test

@@ -95,6 +95,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	if err := c.writeStatus(ctx, mc, newStatus(mc, spec, sts, failReason, failMessage)); err != nil {
 		return errors.Join(retry, err)
 	}
+	logger.V(3).Info("Reconciled", "failed", failReason)
 	return retry
 }
 

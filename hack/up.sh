@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The second half of `make up` (after `make cluster` and `make build`): CRD, namespace shop, the
+# operator in the background, the sample cache, then wait until it is Ready. Safe to repeat: it
+# starts the operator only if it is not running and changes nothing that is already right.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+k=("$KUBECTL" --kubeconfig "$DEV_KUBECONFIG")
+pidfile=.cluster/operator.pid
+log=.cluster/operator.log
+
+echo "up: installing the CRD"
+"${k[@]}" apply --server-side -k crd/ >/dev/null
+"${k[@]}" wait --for=condition=Established crd/managedcaches.cache.example.com --timeout=60s >/dev/null
+"${k[@]}" get namespace shop >/dev/null 2>&1 || "${k[@]}" create namespace shop >/dev/null
+
+# A rebuilt binary replaces a running operator of an older build.
+if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+	if [[ $OPERATOR -nt $pidfile ]]; then
+		echo "up: restarting the operator (new build)"
+		kill "$(cat "$pidfile")"
+		while kill -0 "$(cat "$pidfile")" 2>/dev/null; do sleep 0.2; done
+	else
+		echo "up: the operator is running (PID $(cat "$pidfile"))"
+	fi
+fi
+if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
+	nohup "$OPERATOR" --kubeconfig "$DEV_KUBECONFIG" >>"$log" 2>&1 &
+	echo $! >"$pidfile"
+	echo "up: started the operator (PID $!, log $log)"
+fi
+
+echo "up: applying manifests/samples/sessions.yaml"
+"${k[@]}" apply --server-side -f manifests/samples/sessions.yaml >/dev/null
+echo "up: waiting for shop/sessions to be Ready ..."
+if ! "${k[@]}" wait --for=condition=Ready managedcache/sessions -n shop --timeout=180s >/dev/null; then
+	echo "up: shop/sessions is not Ready; last operator log lines:" >&2
+	tail -n 20 "$log" >&2
+	exit 1
+fi
+"${k[@]}" get managedcache -A -o wide
+cat <<MSG
+
+The cache is Ready. Next:
+  export KUBECONFIG=$DEV_KUBECONFIG
+  bin/cluster/kubectl get managedcache,statefulset,service,secret,pdb -n shop
+  bin/cluster/kubectl scale managedcache/sessions -n shop --replicas=5
+  tail -f $log          # the operator's log
+  make down             # stop the operator and the cluster
+MSG
