@@ -1,0 +1,228 @@
+// Package operator holds the end-to-end tests of cache-operator: the operator binary runs as a
+// separate process against the local test cluster, and the tests check what a user would see
+// with kubectl, plus the audit log for the writes the operator made.
+package operator
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"example.com/cache-operator/e2e/framework"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+var (
+	mcGVR  = schema.GroupVersionResource{Group: "cache.example.com", Version: "v1", Resource: "managedcaches"}
+	binary string
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("CACHE_E2E") == "1" {
+		root := framework.RepoRoot()
+		binary = filepath.Join(root, "bin", "cache-operator")
+		build := exec.Command("go", "build", "-o", binary, ".")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building the operator: %v\n%s", err, out)
+			os.Exit(1)
+		}
+		kubectl := exec.Command(filepath.Join(root, "bin", "cluster", "kubectl"), "--kubeconfig",
+			filepath.Join(os.Getenv("CACHE_E2E_CLUSTER_DIR"), "kubeconfig"), "apply", "--server-side", "-k", filepath.Join(root, "crd"))
+		if out, err := kubectl.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "installing the CRD: %v\n%s", err, out)
+			os.Exit(1)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// operator is a running cache-operator process.
+type operator struct {
+	t   *testing.T
+	cmd *exec.Cmd
+	log string
+	mu  sync.Mutex
+}
+
+// startOperator runs the operator against the test cluster until the test ends.
+func startOperator(t *testing.T, c *framework.Cluster, args ...string) *operator {
+	t.Helper()
+	logPath := filepath.Join(c.Dir, "operator-"+strings.ReplaceAll(t.Name(), "/", "_")+".log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, append([]string{"--kubeconfig", c.Kubeconfig, "-v=3"}, args...)...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting the operator: %v", err)
+	}
+	f.Close()
+	op := &operator{t: t, cmd: cmd, log: logPath}
+	t.Cleanup(func() { op.stop(syscall.SIGTERM) })
+	return op
+}
+
+// stop signals the operator and waits for it to exit.
+func (o *operator) stop(sig syscall.Signal) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.cmd == nil {
+		return
+	}
+	_ = o.cmd.Process.Signal(sig)
+	_ = o.cmd.Wait()
+	o.cmd = nil
+}
+
+// reconciles counts the operator's "Reconciled" log lines for the cache ns/name.
+func (o *operator) reconciles(ns, name string) int {
+	b, _ := os.ReadFile(o.log)
+	return bytes.Count(b, []byte(fmt.Sprintf(`"Reconciled" managedcache="%s/%s"`, ns, name)))
+}
+
+// waitReconciled waits until the operator logged more than n reconciles of ns/name.
+func (o *operator) waitReconciled(ns, name string, n int) {
+	o.t.Helper()
+	framework.Eventually(o.t, 30*time.Second, "a reconcile of "+ns+"/"+name, func() (bool, string, error) {
+		got := o.reconciles(ns, name)
+		return got > n, fmt.Sprintf("%d reconciles logged", got), nil
+	})
+}
+
+func cacheObject(ns, name string, spec map[string]interface{}) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "cache.example.com/v1", "kind": "ManagedCache",
+		"metadata": map[string]interface{}{"name": name, "namespace": ns},
+		"spec":     spec,
+	}}
+}
+
+func createCache(t *testing.T, c *framework.Cluster, ns, name string, spec map[string]interface{}) {
+	t.Helper()
+	if _, err := c.Dynamic.Resource(mcGVR).Namespace(ns).Create(context.Background(), cacheObject(ns, name, spec), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating ManagedCache %s/%s: %v", ns, name, err)
+	}
+}
+
+// readyReason returns the Ready condition's status and reason.
+func readyReason(mc *unstructured.Unstructured) (string, string, string) {
+	conds, _, _ := unstructured.NestedSlice(mc.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]interface{})
+		if m["type"] == "Ready" {
+			return fmt.Sprint(m["status"]), fmt.Sprint(m["reason"]), fmt.Sprint(m["message"])
+		}
+	}
+	return "", "", ""
+}
+
+// waitReady waits until the cache is Ready with want ready replicas.
+func waitReady(t *testing.T, c *framework.Cluster, ns, name string, want int64, timeout time.Duration) *unstructured.Unstructured {
+	t.Helper()
+	var mc *unstructured.Unstructured
+	framework.Eventually(t, timeout, fmt.Sprintf("%s/%s Ready with %d replicas", ns, name, want), func() (bool, string, error) {
+		var err error
+		mc, err = c.Dynamic.Resource(mcGVR).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		status, reason, msg := readyReason(mc)
+		ready, _, _ := unstructured.NestedInt64(mc.Object, "status", "readyReplicas")
+		observed, _, _ := unstructured.NestedInt64(mc.Object, "status", "observedGeneration")
+		return status == "True" && ready == want && observed == mc.GetGeneration(),
+			fmt.Sprintf("Ready=%s reason=%s message=%q readyReplicas=%d", status, reason, msg, ready), nil
+	})
+	return mc
+}
+
+// child is one of a cache's children.
+type child struct {
+	gvr  schema.GroupVersionResource
+	name func(cache string) string
+}
+
+var children = map[string]child{
+	"Secret":              {schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, func(n string) string { return n + "-auth" }},
+	"Service":             {schema.GroupVersionResource{Version: "v1", Resource: "services"}, func(n string) string { return n }},
+	"StatefulSet":         {schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}, func(n string) string { return n }},
+	"PodDisruptionBudget": {schema.GroupVersionResource{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}, func(n string) string { return n }},
+}
+
+func getChild(c *framework.Cluster, kind, ns, cache string) (*unstructured.Unstructured, error) {
+	ch := children[kind]
+	return c.Dynamic.Resource(ch.gvr).Namespace(ns).Get(context.Background(), ch.name(cache), metav1.GetOptions{})
+}
+
+// resourceVersions returns kind=resourceVersion of the cache and its children.
+func resourceVersions(t *testing.T, c *framework.Cluster, ns, cache string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for kind := range children {
+		obj, err := getChild(c, kind, ns, cache)
+		if err != nil {
+			t.Fatalf("%s of %s/%s: %v", kind, ns, cache, err)
+		}
+		out[kind] = obj.GetResourceVersion()
+	}
+	mc, err := c.Dynamic.Resource(mcGVR).Namespace(ns).Get(context.Background(), cache, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out["ManagedCache"] = mc.GetResourceVersion()
+	return out
+}
+
+func password(t *testing.T, c *framework.Cluster, ns, cache string) string {
+	t.Helper()
+	s, err := getChild(c, "Secret", ns, cache)
+	if err != nil {
+		t.Fatalf("password Secret of %s/%s: %v", ns, cache, err)
+	}
+	enc, _, _ := unstructured.NestedString(s.Object, "data", "password")
+	dec, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil || len(dec) < 32 {
+		t.Fatalf("password of %s/%s is not a generated password (%d bytes, err %v)", ns, cache, len(dec), err)
+	}
+	return string(dec)
+}
+
+// operatorWrites returns the mutating requests the operator (user agent cache-operator) made in
+// namespace ns since the time since, from the audit log.
+func operatorWrites(t *testing.T, c *framework.Cluster, ns string, since time.Time) []string {
+	t.Helper()
+	events, err := c.AuditEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range events {
+		if !strings.HasPrefix(ev.UserAgent, "cache-operator") || ev.ObjectRef == nil || ev.ObjectRef.Namespace != ns ||
+			ev.RequestReceivedTimestamp.Before(since) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s %s/%s %s", ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Subresource, ev.ObjectRef.Name))
+	}
+	return out
+}
+
+func isGone(c *framework.Cluster, gvr schema.GroupVersionResource, ns, name string) (bool, error) {
+	_, err := c.Dynamic.Resource(gvr).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return false, err
+}

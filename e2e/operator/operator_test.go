@@ -1,0 +1,254 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"example.com/cache-operator/e2e/framework"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+var sessionsSpec = map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(10), "evictionPolicy": "allkeys-lru"}
+
+// TestInvalidSpecsAreRejectedAtApply: the API server answers bad input at once, naming the field
+// and the rule.
+func TestInvalidSpecsAreRejectedAtApply(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "invalid")
+	apply := func(name, spec string) error {
+		doc := fmt.Sprintf("apiVersion: cache.example.com/v1\nkind: ManagedCache\nmetadata: {name: %s, namespace: %s}\nspec: %s\n", name, ns, spec)
+		cmd := exec.CommandContext(ctx, c.Bin("kubectl"), "--kubeconfig", c.Kubeconfig, "apply", "-f", "-")
+		cmd.Stdin = strings.NewReader(doc)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s", out)
+		}
+		return nil
+	}
+	long := strings.Repeat("a", 53)
+	for _, tc := range []struct{ name, spec, want string }{
+		{"size-0", `{size: 0, version: "7.4"}`, "spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1"},
+		{"size-10", `{size: 10, version: "7.4"}`, "spec.size: Invalid value: 10: spec.size in body should be less than or equal to 9"},
+		{"latest", `{version: latest}`, `spec.version: Invalid value: "latest": spec.version in body should match '^[0-9]+\.[0-9]+$'`},
+		{"no-version", `{size: 1}`, "spec.version: Required value"},
+		{"lru", `{version: "7.4", evictionPolicy: lru}`, `spec.evictionPolicy: Unsupported value: "lru": supported values: "noeviction", "allkeys-lru", "volatile-lru"`},
+		{"storage-0", `{version: "7.4", storageGi: 0}`, "spec.storageGi: Invalid value: 0"},
+		{long, `{version: "7.4"}`, "metadata.name may be at most 52 characters"},
+	} {
+		err := apply(tc.name, tc.spec)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: kubectl apply said %v; want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+	// storageGi may grow but never shrink.
+	if err := apply("grow", `{version: "7.4", storageGi: 10}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := apply("grow", `{version: "7.4", storageGi: 20}`); err != nil {
+		t.Errorf("growing storageGi was rejected: %v", err)
+	}
+	err := apply("grow", `{version: "7.4", storageGi: 5}`)
+	if want := "spec.storageGi: Invalid value: 5: storageGi may not shrink"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("shrinking storageGi: kubectl said %v; want %q", err, want)
+	}
+	// Defaults fill what the user left out.
+	mc, err := c.Dynamic.Resource(mcGVR).Namespace(ns).Get(ctx, "grow", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec := mc.Object["spec"].(map[string]interface{}); spec["size"] != int64(1) || spec["evictionPolicy"] != "noeviction" {
+		t.Errorf("defaults not applied: %v", spec)
+	}
+}
+
+// TestCacheLifecycle follows one cache as a user would: Ready, idempotent, self-healing,
+// scalable, and garbage-collected.
+func TestCacheLifecycle(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "shop")
+	op := startOperator(t, c)
+	createCache(t, c, ns, "sessions", sessionsSpec)
+	mc := waitReady(t, c, ns, "sessions", 3, 2*time.Minute)
+	if got := mc.GetFinalizers(); !reflect.DeepEqual(got, []string{"cache.example.com/finalizer"}) {
+		t.Errorf("finalizers %v", got)
+	}
+	if ep, _, _ := unstructured.NestedString(mc.Object, "status", "endpoint"); ep != "sessions."+ns+".svc.cluster.local:6379" {
+		t.Errorf("endpoint %q", ep)
+	}
+	pw := password(t, c, ns, "sessions")
+
+	t.Run("columns", func(t *testing.T) {
+		out, err := c.Kubectl(ctx, "get", "managedcache", "sessions", "-n", ns, "-o", "wide")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		header, row := strings.Fields(lines[0]), strings.Fields(lines[1])
+		if !reflect.DeepEqual(header, []string{"NAME", "SIZE", "READY", "STATUS", "AGE", "ENDPOINT"}) {
+			t.Errorf("columns %v", header)
+		}
+		if row[1] != "3" || row[2] != "3" || row[3] != "AllReplicasReady" || row[5] != "sessions."+ns+".svc.cluster.local:6379" {
+			t.Errorf("row %v", row)
+		}
+	})
+
+	t.Run("idempotence", func(t *testing.T) {
+		since := time.Now()
+		before := resourceVersions(t, c, ns, "sessions")
+		for i := 0; i < 3; i++ {
+			n := op.reconciles(ns, "sessions")
+			out, err := c.Kubectl(ctx, "annotate", "managedcache", "sessions", "-n", ns, fmt.Sprintf("reconcile=force-%d", i), "--overwrite", "-o", "jsonpath={.metadata.resourceVersion}")
+			if err != nil {
+				t.Fatal(err)
+			}
+			before["ManagedCache"] = out // the user's own write
+			op.waitReconciled(ns, "sessions", n)
+			if after := resourceVersions(t, c, ns, "sessions"); !reflect.DeepEqual(before, after) {
+				t.Fatalf("a reconcile of a correct cache changed resourceVersions:\nbefore %v\nafter  %v", before, after)
+			}
+		}
+		if writes := operatorWrites(t, c, ns, since); len(writes) > 0 {
+			t.Fatalf("the operator wrote while the cache was already right: %v", writes)
+		}
+	})
+
+	t.Run("self-healing", func(t *testing.T) {
+		for _, kind := range []string{"StatefulSet", "Service", "PodDisruptionBudget"} {
+			old, err := getChild(c, kind, ns, "sessions")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch := children[kind]
+			if err := c.Dynamic.Resource(ch.gvr).Namespace(ns).Delete(ctx, ch.name("sessions"), metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			framework.Eventually(t, 30*time.Second, kind+" to be recreated", func() (bool, string, error) {
+				cur, err := getChild(c, kind, ns, "sessions")
+				if err != nil {
+					return false, "", err
+				}
+				return cur.GetUID() != old.GetUID() && cur.GetDeletionTimestamp() == nil, "uid " + string(cur.GetUID()), nil
+			})
+			t.Logf("%s recreated in %s", kind, time.Since(start).Round(time.Millisecond))
+		}
+		waitReady(t, c, ns, "sessions", 3, time.Minute)
+		if got := password(t, c, ns, "sessions"); got != pw {
+			t.Fatal("the password changed when the StatefulSet was recreated")
+		}
+
+		// A field we own is reverted; a field we do not own is kept.
+		sts := children["StatefulSet"]
+		patch := `{"metadata":{"annotations":{"team.example.com/owner":"payments"}},"spec":{"replicas":7}}`
+		if _, err := c.Dynamic.Resource(sts.gvr).Namespace(ns).Patch(ctx, "sessions", types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "someone-else"}); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 30*time.Second, "spec.replicas reverted to 3, the other annotation kept", func() (bool, string, error) {
+			cur, err := getChild(c, "StatefulSet", ns, "sessions")
+			if err != nil {
+				return false, "", err
+			}
+			replicas, _, _ := unstructured.NestedInt64(cur.Object, "spec", "replicas")
+			owner := cur.GetAnnotations()["team.example.com/owner"]
+			return replicas == 3 && owner == "payments", fmt.Sprintf("replicas=%d annotation=%q", replicas, owner), nil
+		})
+	})
+
+	t.Run("scale", func(t *testing.T) {
+		if _, err := c.Kubectl(ctx, "scale", "managedcache/sessions", "-n", ns, "--replicas=5"); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, c, ns, "sessions", 5, 2*time.Minute)
+		cur, err := getChild(c, "StatefulSet", ns, "sessions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, _, _ := unstructured.NestedInt64(cur.Object, "spec", "replicas"); r != 5 {
+			t.Errorf("StatefulSet replicas %d after kubectl scale --replicas=5", r)
+		}
+		if got := password(t, c, ns, "sessions"); got != pw {
+			t.Fatal("the password changed on scale")
+		}
+	})
+
+	t.Run("garbage-collection", func(t *testing.T) {
+		if err := c.Dynamic.Resource(mcGVR).Namespace(ns).Delete(ctx, "sessions", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, time.Minute, "the cache and every child to be gone", func() (bool, string, error) {
+			var left []string
+			if gone, err := isGone(c, mcGVR, ns, "sessions"); err != nil || !gone {
+				left = append(left, "ManagedCache")
+			}
+			for kind, ch := range children {
+				if gone, err := isGone(c, ch.gvr, ns, ch.name("sessions")); err != nil || !gone {
+					left = append(left, kind)
+				}
+			}
+			return len(left) == 0, "still present: " + strings.Join(left, ","), nil
+		})
+	})
+}
+
+// TestForeignChildIsNotAdopted: a Service of the same name that the cache does not own is left
+// alone, and the cache says so.
+func TestForeignChildIsNotAdopted(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "conflict")
+	if _, err := c.Kubectl(ctx, "create", "service", "clusterip", "taken", "-n", ns, "--tcp=80:80"); err != nil {
+		t.Fatal(err)
+	}
+	startOperator(t, c)
+	createCache(t, c, ns, "taken", map[string]interface{}{"version": "7.4"})
+	framework.Eventually(t, time.Minute, "Ready=False with reason ServiceFailed", func() (bool, string, error) {
+		mc, err := c.Dynamic.Resource(mcGVR).Namespace(ns).Get(ctx, "taken", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		status, reason, msg := readyReason(mc)
+		return status == "False" && reason == "ServiceFailed" && strings.Contains(msg, "not adopting it"),
+			fmt.Sprintf("Ready=%s reason=%s message=%q", status, reason, msg), nil
+	})
+	svc, err := getChild(c, "Service", ns, "taken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(svc.GetOwnerReferences()) != 0 || svc.GetLabels()["app.kubernetes.io/managed-by"] != "" {
+		t.Errorf("the foreign Service was modified: owners %v labels %v", svc.GetOwnerReferences(), svc.GetLabels())
+	}
+	out, err := c.Kubectl(ctx, "get", "events", "-n", ns, "--field-selector", "reason=ServiceFailed,type=Warning", "-o", "name")
+	if err != nil || strings.TrimSpace(out) == "" {
+		t.Errorf("no Warning event ServiceFailed (err %v)", err)
+	}
+}
+
+// TestManifestsDryRun: the deploy manifests are accepted by the API server.
+func TestManifestsDryRun(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	if _, err := c.Kubectl(ctx, "get", "namespace", "cache-operator-system"); err != nil {
+		if _, err := c.Kubectl(ctx, "create", "namespace", "cache-operator-system"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := c.Kubectl(ctx, "apply", "--server-side", "--dry-run=server", "-k", filepath.Join(c.Root, "manifests"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"deployment.apps/cache-operator", "clusterrole.rbac.authorization.k8s.io/cache-operator", "serviceaccount/cache-operator", "customresourcedefinition.apiextensions.k8s.io/managedcaches.cache.example.com"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry run did not apply %s:\n%s", want, out)
+		}
+	}
+}
