@@ -226,3 +226,24 @@ func isGone(c *framework.Cluster, gvr schema.GroupVersionResource, ns, name stri
 	}
 	return false, err
 }
+
+// deleteCachesOnCleanup deletes every ManagedCache in ns when the test ends, and waits until they
+// are gone. Register it after startOperator: cleanups run last-in first-out, so the operator is
+// still running to release the finalizers.
+func deleteCachesOnCleanup(t *testing.T, c *framework.Cluster, ns string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		ri := c.Dynamic.Resource(mcGVR).Namespace(ns)
+		if err := ri.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			t.Errorf("deleting the caches of %s: %v", ns, err)
+			return
+		}
+		framework.Eventually(t, time.Minute, "the caches of "+ns+" to be deleted", func() (bool, string, error) {
+			l, err := ri.List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			return len(l.Items) == 0, fmt.Sprintf("%d left", len(l.Items)), nil
+		})
+	})
+}

@@ -77,6 +77,7 @@ func TestCacheLifecycle(t *testing.T) {
 	ctx := context.Background()
 	ns := c.Namespace(t, "shop")
 	op := startOperator(t, c)
+	deleteCachesOnCleanup(t, c, ns)
 	createCache(t, c, ns, "sessions", sessionsSpec)
 	mc := waitReady(t, c, ns, "sessions", 3, 2*time.Minute)
 	if got := mc.GetFinalizers(); !reflect.DeepEqual(got, []string{"cache.example.com/finalizer"}) {
@@ -210,6 +211,7 @@ func TestForeignChildIsNotAdopted(t *testing.T) {
 		t.Fatal(err)
 	}
 	startOperator(t, c)
+	deleteCachesOnCleanup(t, c, ns)
 	createCache(t, c, ns, "taken", map[string]interface{}{"version": "7.4"})
 	framework.Eventually(t, time.Minute, "Ready=False with reason ServiceFailed", func() (bool, string, error) {
 		mc, err := c.Dynamic.Resource(mcGVR).Namespace(ns).Get(ctx, "taken", metav1.GetOptions{})

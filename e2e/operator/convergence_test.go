@@ -1,0 +1,209 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"example.com/cache-operator/e2e/framework"
+	"example.com/cache-operator/engine"
+	"example.com/cache-operator/templates"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/record"
+)
+
+// TestCrashConvergence creates 20 caches at once and kills the operator with SIGKILL at several
+// moments of their convergence: every cache still ends Ready with exactly one child of each kind,
+// and no password ever changes.
+func TestCrashConvergence(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "crash")
+	const n = 20
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("cache-%02d", i)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			createCache(t, c, ns, name, map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(1)})
+		}()
+	}
+	wg.Wait()
+
+	passwords := map[string]string{}
+	checkPasswords := func(moment string) {
+		for _, name := range names {
+			if _, err := getChild(c, "Secret", ns, name); err != nil {
+				continue // not created yet
+			}
+			pw := password(t, c, ns, name)
+			if old, seen := passwords[name]; seen && old != pw {
+				t.Fatalf("%s: the password of %s changed", moment, name)
+			}
+			passwords[name] = pw
+		}
+	}
+	logged := func(op *operator) int {
+		total := 0
+		for _, name := range names {
+			total += op.reconciles(ns, name)
+		}
+		return total
+	}
+	// Kill after the 1st, the 10th and the 30th reconcile logged by each fresh process.
+	for _, after := range []int{1, 10, 30} {
+		op := startOperator(t, c)
+		base := logged(op)
+		framework.Eventually(t, time.Minute, fmt.Sprintf("%d reconciles before the kill", after), func() (bool, string, error) {
+			got := logged(op) - base
+			return got >= after, fmt.Sprintf("%d reconciles", got), nil
+		})
+		op.stop(syscall.SIGKILL)
+		checkPasswords(fmt.Sprintf("after the kill at %d reconciles", after))
+	}
+	startOperator(t, c)
+	deleteCachesOnCleanup(t, c, ns)
+	for _, name := range names {
+		waitReady(t, c, ns, name, 3, 3*time.Minute)
+	}
+	t.Logf("%d caches of size 3 Ready %s after creation, through 3 SIGKILLs of the operator", n, time.Since(start).Round(100*time.Millisecond))
+	checkPasswords("at the end")
+	if len(passwords) != n {
+		t.Fatalf("%d passwords, want %d", len(passwords), n)
+	}
+
+	// Exactly one child of each kind per cache.
+	for kind, ch := range children {
+		list, err := c.Dynamic.Resource(ch.gvr).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=cache-operator"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := map[string]int{}
+		for _, o := range list.Items {
+			per[o.GetLabels()["app.kubernetes.io/instance"]]++
+		}
+		for _, name := range names {
+			if per[name] != 1 {
+				t.Errorf("%s: %d %s children, want 1", name, per[name], kind)
+			}
+		}
+	}
+	// Each password Secret was created exactly once.
+	created := map[string]int{}
+	events, err := c.AuditEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range events {
+		if ev.Verb == "create" && ev.ObjectRef != nil && ev.ObjectRef.Namespace == ns && ev.ObjectRef.Resource == "secrets" &&
+			ev.ResponseStatus != nil && ev.ResponseStatus.Code == 201 {
+			created[ev.ObjectRef.Name]++
+		}
+	}
+	for _, name := range names {
+		if created[name+"-auth"] != 1 {
+			t.Errorf("Secret %s-auth created %d times", name, created[name+"-auth"])
+		}
+	}
+}
+
+// countingTransport counts the HTTP requests a client sends.
+type countingTransport struct {
+	next http.RoundTripper
+	n    atomic.Int64
+	mu   sync.Mutex
+	last []string
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	c.mu.Lock()
+	c.last = append(c.last, r.Method+" "+r.URL.Path)
+	c.mu.Unlock()
+	return c.next.RoundTrip(r)
+}
+
+// TestNoOpReconcileMakesNoRequests runs the controller in this process with a client that counts
+// requests: a reconcile of a cache that is already right sends none (reads come from informers).
+func TestNoOpReconcileMakesNoRequests(t *testing.T) {
+	c := framework.Setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ns := c.Namespace(t, "noop")
+
+	counter := &countingTransport{}
+	cfg := rest.CopyConfig(c.Config)
+	cfg.UserAgent = "cache-operator-inprocess"
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	renderer, err := engine.NewRenderer(templates.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "cache-operator-inprocess"})
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
+	ctrl, err := engine.New(dyn, mapper, renderer, recorder, engine.Options{ImageRepository: "redis", Workers: 2, FieldManager: "cache-operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = ctrl.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; broadcaster.Shutdown() })
+	deleteCachesOnCleanup(t, c, ns)
+
+	createCache(t, c, ns, "quiet", map[string]interface{}{"version": "7.4", "size": int64(3)})
+	waitReady(t, c, ns, "quiet", 3, 2*time.Minute)
+
+	for i := 0; i < 5; i++ {
+		// Let the events of the last writes arrive, so that the next reconcile is a no-op: wait
+		// until two polls in a row see the same reconcile count.
+		last := int64(-1)
+		framework.Eventually(t, 30*time.Second, "the controller to be idle", func() (bool, string, error) {
+			r := ctrl.Reconciles()
+			idle := r == last
+			last = r
+			return idle, fmt.Sprintf("reconciles=%d", r), nil
+		})
+		reconciles, requests := ctrl.Reconciles(), counter.n.Load()
+		counter.mu.Lock()
+		counter.last = nil
+		counter.mu.Unlock()
+		// The annotation is written by the test's own client, not the counted one.
+		if _, err := c.Kubectl(context.Background(), "annotate", "managedcache", "quiet", "-n", ns, fmt.Sprintf("reconcile=force-%d", i), "--overwrite"); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 30*time.Second, "the controller to reconcile", func() (bool, string, error) {
+			return ctrl.Reconciles() > reconciles, "", nil
+		})
+		if d := counter.n.Load() - requests; d != 0 {
+			counter.mu.Lock()
+			sent := append([]string(nil), counter.last...)
+			counter.mu.Unlock()
+			sort.Strings(sent)
+			t.Fatalf("no-op reconcile %d sent %d API requests: %s", i+1, d, strings.Join(sent, "; "))
+		}
+	}
+	t.Logf("5 no-op reconciles: 0 API requests")
+}
