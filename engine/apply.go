@@ -41,12 +41,11 @@ func NewApplier(client dynamic.Interface, mapper meta.RESTMapper, manager string
 }
 
 func (a *Applier) resource(obj *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
-	gvk := obj.GroupVersionKind()
-	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	gvr, err := gvrFor(a.mapper, obj.GroupVersionKind())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", objectID(obj), err)
 	}
-	return a.client.Resource(m.Resource).Namespace(obj.GetNamespace()), nil
+	return a.client.Resource(gvr).Namespace(obj.GetNamespace()), nil
 }
 
 // Apply server-side applies obj. live, when given, is the current object: if this manager once
