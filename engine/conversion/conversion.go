@@ -1,0 +1,267 @@
+// Package conversion converts ManagedCache objects between the API versions v1 and v2, on
+// unstructured maps, and serves the CRD conversion webhook.
+//
+// v2 is the hub: the operator reads v2. Conversion is lossless both ways:
+//   - v1 -> v2 -> v1 returns the identical object;
+//   - v2 -> v1 -> v2 returns the identical object: whatever v1 cannot express (engine.name,
+//     a storage size that is not a whole number of GiB, storageClassName, eviction.maxMemory,
+//     resources, ...) travels in the annotation cache.example.com/v2-spec as JSON.
+//
+// It is not for validation or defaulting: the CRD schema does both for each version.
+package conversion
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Group and versions.
+const (
+	Group = "cache.example.com"
+	V1    = Group + "/v1"
+	V2    = Group + "/v2"
+	// SpecAnnotation carries, on a v1 object, the parts of a v2 spec that v1 cannot express.
+	SpecAnnotation = "cache.example.com/v2-spec"
+)
+
+var gi = resource.MustParse("1Gi")
+
+// Convert returns obj converted to apiVersion (V1 or V2). obj is not modified.
+func Convert(obj map[string]interface{}, apiVersion string) (map[string]interface{}, error) {
+	from, _ := obj["apiVersion"].(string)
+	switch {
+	case from == apiVersion:
+		return deepCopy(obj), nil
+	case from == V1 && apiVersion == V2:
+		return ToV2(obj)
+	case from == V2 && apiVersion == V1:
+		return ToV1(obj)
+	}
+	return nil, fmt.Errorf("cannot convert %q to %q", from, apiVersion)
+}
+
+// ToV2 converts a v1 object to v2.
+func ToV2(v1 map[string]interface{}) (map[string]interface{}, error) {
+	out := deepCopy(v1)
+	out["apiVersion"] = V2
+	spec, _ := out["spec"].(map[string]interface{})
+	if spec == nil {
+		return out, nil
+	}
+	out["spec"] = specUp(spec)
+	meta, _ := out["metadata"].(map[string]interface{})
+	annotations, _ := meta["annotations"].(map[string]interface{})
+	raw, ok := annotations[SpecAnnotation].(string)
+	if !ok {
+		return out, nil
+	}
+	extra, err := decodeObject([]byte(raw))
+	if err != nil {
+		// Not ours to interpret: leave the annotation where it is.
+		return out, nil
+	}
+	merge(out["spec"].(map[string]interface{}), extra)
+	delete(annotations, SpecAnnotation)
+	if len(annotations) == 0 {
+		delete(meta, "annotations")
+		if len(meta) == 0 {
+			delete(out, "metadata") // ToV1 made it only to carry the annotation
+		}
+	}
+	return out, nil
+}
+
+// specUp maps the v1 spec fields to their v2 places; it creates only what v1 has.
+func specUp(s map[string]interface{}) map[string]interface{} {
+	v2 := map[string]interface{}{}
+	for k, v := range s {
+		switch k {
+		case "size":
+			v2["replicas"] = v
+		case "version":
+			v2["engine"] = map[string]interface{}{"version": v}
+		case "storageGi":
+			v2["storage"] = map[string]interface{}{"size": fmt.Sprintf("%vGi", v)}
+		case "evictionPolicy":
+			v2["eviction"] = map[string]interface{}{"policy": v}
+		default:
+			v2[k] = deepCopyValue(v)
+		}
+	}
+	return v2
+}
+
+// ToV1 converts a v2 object to v1.
+func ToV1(v2 map[string]interface{}) (map[string]interface{}, error) {
+	out := deepCopy(v2)
+	out["apiVersion"] = V1
+	spec, _ := out["spec"].(map[string]interface{})
+	if spec == nil {
+		return out, nil
+	}
+	v1 := map[string]interface{}{}
+	if r, ok := spec["replicas"]; ok {
+		v1["size"] = r
+	}
+	if e, ok := spec["engine"].(map[string]interface{}); ok {
+		if v, ok := e["version"]; ok {
+			v1["version"] = v
+		}
+	}
+	if s, ok := spec["storage"].(map[string]interface{}); ok {
+		if str, ok := s["size"].(string); ok {
+			if q, err := resource.ParseQuantity(str); err == nil {
+				v1["storageGi"] = int64(math.Ceil(float64(q.Value()) / float64(gi.Value())))
+			}
+		}
+	}
+	if e, ok := spec["eviction"].(map[string]interface{}); ok {
+		if p, ok := e["policy"]; ok {
+			v1["evictionPolicy"] = p
+		}
+	}
+	out["spec"] = v1
+	// What v1 cannot carry: everything of the v2 spec that converting back would not restore.
+	extra := subtract(spec, specUp(v1))
+	if len(extra) == 0 {
+		return out, nil
+	}
+	b, err := json.Marshal(extra)
+	if err != nil {
+		return nil, err
+	}
+	meta, _ := out["metadata"].(map[string]interface{})
+	if meta == nil {
+		meta = map[string]interface{}{}
+		out["metadata"] = meta
+	}
+	annotations, _ := meta["annotations"].(map[string]interface{})
+	if annotations == nil {
+		annotations = map[string]interface{}{}
+		meta["annotations"] = annotations
+	}
+	annotations[SpecAnnotation] = string(b)
+	return out, nil
+}
+
+// subtract returns the parts of want that have is missing or has with another value.
+func subtract(want, have map[string]interface{}) map[string]interface{} {
+	out := map[string]interface{}{}
+	for k, w := range want {
+		h, ok := have[k]
+		wm, wIsMap := w.(map[string]interface{})
+		hm, hIsMap := h.(map[string]interface{})
+		switch {
+		case ok && wIsMap && hIsMap:
+			if len(wm) == 0 && len(hm) != 0 {
+				out[k] = w
+			} else if sub := subtract(wm, hm); len(sub) > 0 {
+				out[k] = sub
+			}
+		case !ok || !equalJSON(w, h):
+			out[k] = w
+		}
+	}
+	return out
+}
+
+// merge writes extra into dst, recursing into maps.
+func merge(dst, extra map[string]interface{}) {
+	for k, v := range extra {
+		vm, vIsMap := v.(map[string]interface{})
+		dm, dIsMap := dst[k].(map[string]interface{})
+		if vIsMap && dIsMap && len(vm) > 0 {
+			merge(dm, vm)
+			continue
+		}
+		dst[k] = v
+	}
+}
+
+// equalJSON compares two JSON values, numbers by value whatever their Go type.
+func equalJSON(a, b interface{}) bool {
+	na, okA := number(a)
+	nb, okB := number(b)
+	if okA || okB {
+		return okA && okB && na == nb
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+func number(v interface{}) (float64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return float64(n), true
+	case int:
+		return float64(n), true
+	case int32:
+		return float64(n), true
+	case float64:
+		return n, true
+	case json.Number:
+		f, err := n.Float64()
+		return f, err == nil
+	}
+	return 0, false
+}
+
+func deepCopy(m map[string]interface{}) map[string]interface{} {
+	return deepCopyValue(m).(map[string]interface{})
+}
+
+func deepCopyValue(v interface{}) interface{} {
+	switch t := v.(type) {
+	case map[string]interface{}:
+		out := make(map[string]interface{}, len(t))
+		for k, e := range t {
+			out[k] = deepCopyValue(e)
+		}
+		return out
+	case []interface{}:
+		out := make([]interface{}, len(t))
+		for i, e := range t {
+			out[i] = deepCopyValue(e)
+		}
+		return out
+	}
+	return v
+}
+
+// decodeObject decodes a JSON object with integers as int64, as the API machinery does.
+func decodeObject(b []byte) (map[string]interface{}, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var m map[string]interface{}
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, fmt.Errorf("not a JSON object")
+	}
+	return fixNumbers(m).(map[string]interface{}), nil
+}
+
+func fixNumbers(v interface{}) interface{} {
+	switch t := v.(type) {
+	case map[string]interface{}:
+		for k, e := range t {
+			t[k] = fixNumbers(e)
+		}
+	case []interface{}:
+		for i, e := range t {
+			t[i] = fixNumbers(e)
+		}
+	case json.Number:
+		if i, err := t.Int64(); err == nil {
+			return i
+		}
+		f, _ := t.Float64()
+		return f
+	}
+	return v
+}

@@ -1,0 +1,316 @@
+package conversion
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+func obj(t testing.TB, y string) map[string]interface{} {
+	t.Helper()
+	j, err := yaml.YAMLToJSON([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := decodeObject(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestConvertTable(t *testing.T) {
+	cases := []struct{ name, v1, v2 string }{
+		{"all v1 fields", `
+apiVersion: cache.example.com/v1
+kind: ManagedCache
+metadata: {name: s, namespace: shop}
+spec: {size: 3, version: "7.4", storageGi: 10, evictionPolicy: allkeys-lru}
+status: {readyReplicas: 3}`, `
+apiVersion: cache.example.com/v2
+kind: ManagedCache
+metadata: {name: s, namespace: shop}
+spec: {replicas: 3, engine: {version: "7.4"}, storage: {size: 10Gi}, eviction: {policy: allkeys-lru}}
+status: {readyReplicas: 3}`},
+		{"only the required field", `
+apiVersion: cache.example.com/v1
+kind: ManagedCache
+metadata: {name: s}
+spec: {version: "6.2"}`, `
+apiVersion: cache.example.com/v2
+kind: ManagedCache
+metadata: {name: s}
+spec: {engine: {version: "6.2"}}`},
+		{"v2-only fields travel in the annotation", `
+apiVersion: cache.example.com/v1
+kind: ManagedCache
+metadata:
+  name: s
+  annotations:
+    cache.example.com/v2-spec: '{"engine":{"name":"valkey"},"eviction":{"maxMemory":"1Gi"},"resources":{"limits":{"memory":"2Gi"}},"storage":{"size":"1536Mi","storageClassName":"fast"}}'
+spec: {size: 5, version: "8.0", storageGi: 2, evictionPolicy: volatile-lru}`, `
+apiVersion: cache.example.com/v2
+kind: ManagedCache
+metadata: {name: s}
+spec:
+  replicas: 5
+  engine: {name: valkey, version: "8.0"}
+  storage: {size: 1536Mi, storageClassName: fast}
+  eviction: {policy: volatile-lru, maxMemory: 1Gi}
+  resources: {limits: {memory: 2Gi}}`},
+		{"other annotations stay", `
+apiVersion: cache.example.com/v1
+kind: ManagedCache
+metadata:
+  name: s
+  annotations: {team: a, cache.example.com/v2-spec: '{"engine":{"name":"redis"}}'}
+spec: {version: "7.4"}`, `
+apiVersion: cache.example.com/v2
+kind: ManagedCache
+metadata: {name: s, annotations: {team: a}}
+spec: {engine: {name: redis, version: "7.4"}}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v1, v2 := obj(t, tc.v1), obj(t, tc.v2)
+			up, err := Convert(v1, V2)
+			if err != nil || !reflect.DeepEqual(up, v2) {
+				t.Errorf("v1 -> v2:\n got %v (err %v)\nwant %v", up, err, v2)
+			}
+			down, err := Convert(v2, V1)
+			if err != nil || !reflect.DeepEqual(down, v1) {
+				t.Errorf("v2 -> v1:\n got %v (err %v)\nwant %v", down, err, v1)
+			}
+		})
+	}
+}
+
+func TestConvertRejectsUnknownVersions(t *testing.T) {
+	if _, err := Convert(map[string]interface{}{"apiVersion": "cache.example.com/v9"}, V1); err == nil {
+		t.Fatal("converting from v9 succeeded")
+	}
+}
+
+func pick[T any](r *rand.Rand, xs ...T) T { return xs[r.Intn(len(xs))] }
+
+// randomV1 returns a random valid v1 object; optional fields are sometimes absent.
+func randomV1(r *rand.Rand) map[string]interface{} {
+	spec := map[string]interface{}{"version": fmt.Sprintf("%d.%d", r.Intn(10), r.Intn(20))}
+	if r.Intn(2) == 0 {
+		spec["size"] = int64(1 + r.Intn(9))
+	}
+	if r.Intn(2) == 0 {
+		spec["storageGi"] = int64(1 + r.Intn(2000))
+	}
+	if r.Intn(2) == 0 {
+		spec["evictionPolicy"] = pick(r, "noeviction", "allkeys-lru", "volatile-lru")
+	}
+	meta := map[string]interface{}{"name": fmt.Sprintf("c%d", r.Intn(1000)), "namespace": "ns", "generation": int64(r.Intn(9) + 1)}
+	if r.Intn(2) == 0 {
+		meta["annotations"] = map[string]interface{}{"team": pick(r, "a", "b"), "reconcile": fmt.Sprint(r.Intn(100))}
+	}
+	if r.Intn(3) == 0 {
+		meta["labels"] = map[string]interface{}{"env": pick(r, "prod", "dev")}
+	}
+	o := map[string]interface{}{"apiVersion": V1, "kind": "ManagedCache", "metadata": meta, "spec": spec}
+	if r.Intn(2) == 0 {
+		o["status"] = randomStatus(r)
+	}
+	return o
+}
+
+func randomStatus(r *rand.Rand) map[string]interface{} {
+	return map[string]interface{}{
+		"readyReplicas":      int64(r.Intn(10)),
+		"observedGeneration": int64(r.Intn(10)),
+		"endpoint":           "c.ns.svc.cluster.local:6379",
+		"conditions": []interface{}{map[string]interface{}{
+			"type": "Ready", "status": pick(r, "True", "False"), "reason": "WaitingForReplicas",
+			"message": "1/3 replicas ready", "lastTransitionTime": "2026-11-29T10:00:00Z",
+		}},
+	}
+}
+
+// randomV2 returns a random valid v2 object, with every field v1 cannot express now and then.
+func randomV2(r *rand.Rand) map[string]interface{} {
+	engine := map[string]interface{}{"version": fmt.Sprintf("%d.%d", r.Intn(10), r.Intn(20))}
+	if r.Intn(2) == 0 {
+		engine["name"] = pick(r, "redis", "valkey")
+	}
+	spec := map[string]interface{}{"engine": engine}
+	if r.Intn(2) == 0 {
+		spec["replicas"] = int64(1 + r.Intn(9))
+	}
+	if r.Intn(4) > 0 {
+		storage := map[string]interface{}{}
+		if r.Intn(5) > 0 {
+			storage["size"] = pick(r, fmt.Sprintf("%dGi", 1+r.Intn(500)), fmt.Sprintf("%dMi", 1024+r.Intn(100000)),
+				"1.5Gi", fmt.Sprintf("%dG", 1+r.Intn(50)), "1Ti", "1073741824")
+		}
+		if r.Intn(2) == 0 {
+			storage["storageClassName"] = pick(r, "standard", "fast-ssd")
+		}
+		spec["storage"] = storage
+	}
+	if r.Intn(4) > 0 {
+		eviction := map[string]interface{}{}
+		if r.Intn(4) > 0 {
+			eviction["policy"] = pick(r, "noeviction", "allkeys-lru", "volatile-lru")
+		}
+		if r.Intn(2) == 0 {
+			eviction["maxMemory"] = pick(r, "256Mi", "1Gi", "1500M")
+		}
+		spec["eviction"] = eviction
+	}
+	if r.Intn(3) == 0 {
+		res := map[string]interface{}{}
+		if r.Intn(2) == 0 {
+			res["requests"] = map[string]interface{}{"cpu": pick(r, "100m", "1"), "memory": "512Mi"}
+		}
+		if r.Intn(2) == 0 {
+			res["limits"] = map[string]interface{}{"memory": pick(r, "1Gi", "2Gi")}
+		}
+		spec["resources"] = res
+	}
+	meta := map[string]interface{}{"name": fmt.Sprintf("c%d", r.Intn(1000)), "namespace": "ns"}
+	if r.Intn(2) == 0 {
+		meta["annotations"] = map[string]interface{}{"team": pick(r, "a", "b")}
+	}
+	o := map[string]interface{}{"apiVersion": V2, "kind": "ManagedCache", "metadata": meta, "spec": spec}
+	if r.Intn(2) == 0 {
+		o["status"] = randomStatus(r)
+	}
+	return o
+}
+
+// roundTrip converts o to the other version and back, through JSON as the webhook does.
+func roundTrip(t testing.TB, o map[string]interface{}, via string) map[string]interface{} {
+	t.Helper()
+	back, _ := o["apiVersion"].(string)
+	mid, err := Convert(o, via)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(mid)
+	mid, err = decodeObject(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Convert(mid, back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// RoundTripCases is the number of random objects of each version the property test checks.
+const roundTripCases = 5000
+
+func TestRoundTripProperty(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	for i := 0; i < roundTripCases; i++ {
+		v1 := randomV1(r)
+		if got := roundTrip(t, v1, V2); !reflect.DeepEqual(got, v1) {
+			t.Fatalf("case %d: v1 -> v2 -> v1 changed the object:\n got %v\nwant %v", i, got, v1)
+		}
+		v2 := randomV2(r)
+		if got := roundTrip(t, v2, V1); !reflect.DeepEqual(got, v2) {
+			t.Fatalf("case %d: v2 -> v1 -> v2 changed the object:\n got %v\nwant %v", i, got, v2)
+		}
+	}
+}
+
+// FuzzRoundTrip: any JSON object that decodes as a v1 or v2 ManagedCache survives the round trip.
+func FuzzRoundTrip(f *testing.F) {
+	r := rand.New(rand.NewSource(2))
+	for i := 0; i < 20; i++ {
+		for _, o := range []map[string]interface{}{randomV1(r), randomV2(r)} {
+			b, _ := json.Marshal(o)
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		o, err := decodeObject(b)
+		if err != nil {
+			return
+		}
+		v, _ := o["apiVersion"].(string)
+		meta, _ := o["metadata"].(map[string]interface{})
+		ann, _ := meta["annotations"].(map[string]interface{})
+		if _, reserved := ann[SpecAnnotation]; reserved || (v != V1 && v != V2) {
+			return // the reserved annotation is the converter's own
+		}
+		via := V1
+		if v == V1 {
+			via = V2
+			if !validV1Spec(o) {
+				return
+			}
+		}
+		if got := roundTrip(t, o, via); !reflect.DeepEqual(got, o) {
+			t.Fatalf("round trip via %s changed the object:\n got %v\nwant %v", via, got, o)
+		}
+	})
+}
+
+// validV1Spec: the v1 schema prunes unknown spec fields and types storageGi as an integer.
+func validV1Spec(o map[string]interface{}) bool {
+	spec, ok := o["spec"].(map[string]interface{})
+	if !ok {
+		return o["spec"] == nil
+	}
+	for k, v := range spec {
+		switch k {
+		case "size", "storageGi":
+			if _, ok := v.(int64); !ok {
+				return false
+			}
+		case "version", "evictionPolicy":
+			if _, ok := v.(string); !ok {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func TestWebhookHandler(t *testing.T) {
+	srv := httptest.NewServer(Handler())
+	defer srv.Close()
+	req := `{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"u1","desiredAPIVersion":"cache.example.com/v2",
+"objects":[{"apiVersion":"cache.example.com/v1","kind":"ManagedCache","metadata":{"name":"a"},"spec":{"size":3,"version":"7.4"}}]}}`
+	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out review
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Kind != "ConversionReview" || out.Response == nil || out.Response.UID != "u1" || out.Response.Result.Status != "Success" || len(out.Response.ConvertedObjects) != 1 {
+		t.Fatalf("response %+v", out)
+	}
+	if got := string(out.Response.ConvertedObjects[0].Raw); !strings.Contains(got, `"replicas":3`) || !strings.Contains(got, `"apiVersion":"cache.example.com/v2"`) {
+		t.Errorf("converted %s", got)
+	}
+	bad := strings.Replace(req, `cache.example.com/v2"`, `cache.example.com/v7"`, 1)
+	resp, err = http.Post(srv.URL, "application/json", bytes.NewReader([]byte(bad)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = review{}
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	if out.Response == nil || out.Response.Result.Status != "Failure" || !strings.Contains(out.Response.Result.Message, "cannot convert") {
+		t.Errorf("conversion to an unknown version: %+v", out.Response)
+	}
+}
