@@ -31,7 +31,8 @@ func main() {
 	var (
 		kubeconfig   = flag.String("kubeconfig", "", "path to a kubeconfig; empty: in-cluster configuration")
 		templatesDir = flag.String("templates-dir", "", "render children from this folder instead of the embedded templates")
-		imageRepo    = flag.String("image-repository", "redis", "Redis image repository; the tag is spec.version")
+		imageRepo    = flag.String("image-repository", "redis", "image repository of engine redis; the tag is the engine version")
+		valkeyRepo   = flag.String("valkey-image-repository", "valkey/valkey", "image repository of engine valkey")
 		workers      = flag.Int("workers", 4, "caches reconciled in parallel")
 		qps          = flag.Float64("kube-api-qps", 50, "client-side limit of API requests per second")
 		burst        = flag.Int("kube-api-burst", 100, "client-side burst of API requests")
@@ -64,7 +65,8 @@ func main() {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: fieldManager})
 
 	ctrl, err := engine.New(dyn, mapper, renderer, recorder, engine.Options{
-		ImageRepository: *imageRepo, Workers: *workers, Resync: *resync, FieldManager: fieldManager,
+		Images:  engine.ImageRepositories{"redis": *imageRepo, "valkey": *valkeyRepo},
+		Workers: *workers, Resync: *resync, FieldManager: fieldManager,
 	})
 	if err != nil {
 		klog.Fatalf("building controller: %v", err)

@@ -9,8 +9,8 @@ import (
 // Children renders the desired children of mc: the templates' objects with the cache's
 // namespace, standard labels and controller reference. password is the cache's password (from the
 // live Secret, or newly generated).
-func (r *Renderer) Children(mc *unstructured.Unstructured, spec Spec, imageRepository, password string) ([]*unstructured.Unstructured, error) {
-	objs, err := r.Render(NewValues(mc, spec, imageRepository, password))
+func (r *Renderer) Children(mc *unstructured.Unstructured, spec Spec, images ImageRepositories, password string) ([]*unstructured.Unstructured, error) {
+	objs, err := r.Render(NewValues(mc, spec, images, password))
 	if err != nil {
 		return nil, err
 	}
@@ -27,7 +27,7 @@ func (r *Renderer) Kinds() ([]schema.GroupVersionKind, error) {
 	sample := &unstructured.Unstructured{}
 	sample.SetName("sample")
 	sample.SetNamespace("default")
-	objs, err := r.Render(NewValues(sample, Spec{Size: 3, Version: "7.4", StorageGi: 1, EvictionPolicy: DefaultEvictionPolicy}, "redis", "sample"))
+	objs, err := r.Render(NewValues(sample, sampleSpec(), DefaultImageRepositories(), "sample"))
 	if err != nil {
 		return nil, err
 	}
@@ -40,4 +40,15 @@ func (r *Renderer) Kinds() ([]schema.GroupVersionKind, error) {
 		}
 	}
 	return kinds, nil
+}
+
+// sampleSpec is a valid spec that sets every optional field, so that templates render every
+// object and every branch they have.
+func sampleSpec() Spec {
+	return Spec{
+		Replicas: 3, Engine: Engine{Name: DefaultEngine, Version: "7.4"},
+		Storage:   Storage{Size: "1Gi", StorageClassName: "standard"},
+		Eviction:  Eviction{Policy: DefaultEvictionPolicy, MaxMemory: "1Gi", MaxMemoryBytes: 1 << 30},
+		Resources: map[string]interface{}{"limits": map[string]interface{}{"memory": "2Gi"}},
+	}
 }

@@ -24,8 +24,8 @@ import (
 
 // Options tune the controller.
 type Options struct {
-	// ImageRepository is the Redis image repository; the tag is the cache's version.
-	ImageRepository string
+	// Images maps each engine (redis, valkey) to its image repository; the tag is the version.
+	Images ImageRepositories
 	// Workers is the number of caches reconciled at once.
 	Workers int
 	// Resync is how often every cache is re-checked even without events (0: never).

@@ -179,7 +179,7 @@ func TestRenderedChildrenDoNotDriftFromThemselves(t *testing.T) {
 	r := mustRenderer(t)
 	mc := readCache(t, "../testdata/render/size-3-allkeys-lru.input.yaml")
 	spec, _ := SpecFrom(mc)
-	objs, err := r.Children(mc, spec, "redis", goldenPassword)
+	objs, err := r.Children(mc, spec, testImages, goldenPassword)
 	if err != nil {
 		t.Fatal(err)
 	}

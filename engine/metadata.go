@@ -12,11 +12,15 @@ import (
 
 // The ManagedCache API.
 var (
-	// GroupVersion is the API group and version the operator serves.
-	GroupVersion = schema.GroupVersion{Group: "cache.example.com", Version: "v1"}
+	// GroupVersion is the API version the operator reads and writes: v2, the hub.
+	GroupVersion = schema.GroupVersion{Group: "cache.example.com", Version: "v2"}
+	// OwnerAPIVersion is the apiVersion of the children's owner references. It stays v1 (the
+	// storage version) so that children made before v2 existed do not drift; the garbage
+	// collector resolves owners in any served version.
+	OwnerAPIVersion = "cache.example.com/v1"
 	// Kind is the ManagedCache kind.
 	Kind = "ManagedCache"
-	// Resource is the ManagedCache resource.
+	// Resource is the ManagedCache resource, in the hub version.
 	Resource = GroupVersion.WithResource("managedcaches")
 )
 
@@ -26,7 +30,7 @@ const Finalizer = "cache.example.com/finalizer"
 // ownerReference returns the controller reference a child of mc carries.
 func ownerReference(mc *unstructured.Unstructured) metav1.OwnerReference {
 	return metav1.OwnerReference{
-		APIVersion:         GroupVersion.String(),
+		APIVersion:         OwnerAPIVersion,
 		Kind:               Kind,
 		Name:               mc.GetName(),
 		UID:                mc.GetUID(),

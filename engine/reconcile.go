@@ -63,7 +63,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	desired, err := c.renderer.Children(mc, spec, c.opts.ImageRepository, password)
+	desired, err := c.renderer.Children(mc, spec, c.opts.Images, password)
 	if err != nil {
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRenderFailed, "Rendering templates failed: %v", err)
 		return c.writeStatus(ctx, mc, invalidStatus(mc, ReasonRenderFailed, err.Error()))

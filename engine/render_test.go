@@ -9,6 +9,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"example.com/cache-operator/engine/conversion"
 	"example.com/cache-operator/templates"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
@@ -28,6 +29,8 @@ func mustRenderer(t *testing.T) *Renderer {
 	return r
 }
 
+// readCache reads a ManagedCache; a v1 object is converted to v2 (the hub) as the API server
+// would through the conversion webhook.
 func readCache(t *testing.T, path string) *unstructured.Unstructured {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -38,8 +41,14 @@ func readCache(t *testing.T, path string) *unstructured.Unstructured {
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	return obj
+	v2, err := conversion.Convert(obj.Object, conversion.V2)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return &unstructured.Unstructured{Object: v2}
 }
+
+var testImages = DefaultImageRepositories()
 
 // TestRenderGolden renders each testdata/render/*.input.yaml and compares the children with
 // the matching .golden.yaml. Run `go test ./engine -update` to rewrite them.
@@ -57,7 +66,7 @@ func TestRenderGolden(t *testing.T) {
 			if err != nil {
 				t.Fatalf("spec: %v", err)
 			}
-			objs, err := r.Children(mc, spec, "redis", goldenPassword)
+			objs, err := r.Children(mc, spec, testImages, goldenPassword)
 			if err != nil {
 				t.Fatalf("render: %v", err)
 			}
@@ -117,13 +126,13 @@ func TestRenderIsDeterministic(t *testing.T) {
 	r := mustRenderer(t)
 	mc := readCache(t, "../testdata/render/size-3-allkeys-lru.input.yaml")
 	spec, _ := SpecFrom(mc)
-	first, err := r.Children(mc, spec, "redis", goldenPassword)
+	first, err := r.Children(mc, spec, testImages, goldenPassword)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, _ := yaml.Marshal(objectsOf(first))
 	for i := 0; i < 20; i++ {
-		again, err := r.Children(mc, spec, "redis", goldenPassword)
+		again, err := r.Children(mc, spec, testImages, goldenPassword)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +154,7 @@ func TestRenderChildrenShape(t *testing.T) {
 	r := mustRenderer(t)
 	mc := readCache(t, "../testdata/render/size-3-allkeys-lru.input.yaml")
 	spec, _ := SpecFrom(mc)
-	objs, err := r.Children(mc, spec, "registry.example/redis", goldenPassword)
+	objs, err := r.Children(mc, spec, ImageRepositories{"redis": "registry.example/redis"}, goldenPassword)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +201,9 @@ func TestPDBKeepsMajority(t *testing.T) {
 	want := map[int64]int64{1: 1, 2: 1, 3: 1, 4: 1, 5: 2, 6: 2, 7: 3, 8: 3, 9: 4}
 	for size, maxUnavailable := range want {
 		mc := readCache(t, "../testdata/render/minimal.input.yaml")
-		objs, err := r.Children(mc, Spec{Size: size, Version: "7.4", StorageGi: 1, EvictionPolicy: "noeviction"}, "redis", "p")
+		spec := sampleSpec()
+		spec.Replicas = size
+		objs, err := r.Children(mc, spec, testImages, "p")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -229,7 +240,7 @@ func TestRendererErrorsNameTheTemplate(t *testing.T) {
 			r, err := NewRenderer(fsys)
 			if err == nil {
 				mc := readCache(t, "../testdata/render/minimal.input.yaml")
-				_, err = r.Render(NewValues(mc, Spec{Size: 1, Version: "7.4", StorageGi: 1, EvictionPolicy: "noeviction"}, "redis", "p"))
+				_, err = r.Render(NewValues(mc, sampleSpec(), testImages, "p"))
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want it to contain %q", err, tc.want)

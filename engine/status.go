@@ -68,13 +68,13 @@ func newStatus(mc *unstructured.Unstructured, spec Spec, sts *unstructured.Unstr
 		s.ReadyReplicas, _, _ = unstructured.NestedInt64(sts.Object, "status", "readyReplicas")
 		observed, _, _ := unstructured.NestedInt64(sts.Object, "status", "observedGeneration")
 		updated, _, _ := unstructured.NestedInt64(sts.Object, "status", "updatedReplicas")
-		upToDate = observed >= sts.GetGeneration() && updated >= spec.Size
+		upToDate = observed >= sts.GetGeneration() && updated >= spec.Replicas
 	}
-	msg := fmt.Sprintf("%d/%d replicas ready", s.ReadyReplicas, spec.Size)
+	msg := fmt.Sprintf("%d/%d replicas ready", s.ReadyReplicas, spec.Replicas)
 	switch {
 	case failReason != "":
 		s.setReady(gen, false, failReason, failMessage)
-	case upToDate && s.ReadyReplicas >= spec.Size:
+	case upToDate && s.ReadyReplicas >= spec.Replicas:
 		s.setReady(gen, true, ReasonAllReplicasReady, msg)
 	default:
 		s.setReady(gen, false, ReasonWaitingForReplicas, msg)

@@ -9,5 +9,13 @@ bind * -::*
 protected-mode no
 dir /data
 appendonly yes
-maxmemory-policy {{ .Spec.EvictionPolicy }}
+maxmemory-policy {{ .Spec.Eviction.Policy }}
+{{- with .Spec.Eviction.MaxMemoryBytes }}
+maxmemory {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* server: the program name stem of the engine (redis-server, valkey-server, ...-cli). */}}
+{{- define "server" -}}
+{{ if eq .Spec.Engine.Name "valkey" }}valkey{{ else }}redis{{ end }}
 {{- end }}

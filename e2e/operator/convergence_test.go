@@ -152,7 +152,7 @@ func TestNoOpReconcileMakesNoRequests(t *testing.T) {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "cache-operator-inprocess"})
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
-	ctrl, err := engine.New(dyn, mapper, renderer, recorder, engine.Options{ImageRepository: "redis", Workers: 2, FieldManager: "cache-operator"})
+	ctrl, err := engine.New(dyn, mapper, renderer, recorder, engine.Options{Images: engine.DefaultImageRepositories(), Workers: 2, FieldManager: "cache-operator"})
 	if err != nil {
 		t.Fatal(err)
 	}
