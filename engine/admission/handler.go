@@ -1,0 +1,111 @@
+package admission
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	"example.com/cache-operator/engine/conversion"
+	admissionv1 "k8s.io/api/admission/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
+)
+
+// AnnotationsLookup returns the annotations of the ManagedCache namespace/name from the operator's
+// informer cache, and whether it is there.
+type AnnotationsLookup func(namespace, name string) (map[string]string, bool)
+
+// Handler serves the validating webhook for managedcaches (v1 and v2) and managedcaches/scale.
+func Handler(lookup AnnotationsLookup) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var review admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+			http.Error(w, fmt.Sprintf("not an AdmissionReview: %v", err), http.StatusBadRequest)
+			return
+		}
+		resp := &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+		change, err := changeOf(review.Request, lookup)
+		if err == nil {
+			err = Validate(change)
+			if err != nil {
+				resp.Allowed = false
+				resp.Result = &metav1.Status{Status: metav1.StatusFailure, Reason: metav1.StatusReasonForbidden, Code: http.StatusForbidden, Message: err.Error()}
+			}
+		} else {
+			resp.Allowed = false
+			resp.Result = &metav1.Status{Status: metav1.StatusFailure, Reason: metav1.StatusReasonBadRequest, Code: http.StatusBadRequest, Message: err.Error()}
+		}
+		klog.V(2).InfoS("Admission", "object", klog.KRef(review.Request.Namespace, review.Request.Name),
+			"subresource", review.Request.SubResource, "allowed", resp.Allowed)
+		review.Response = resp
+		review.Request = nil
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(review)
+	})
+}
+
+// changeOf reads the old and new member count and version of an update.
+func changeOf(req *admissionv1.AdmissionRequest, lookup AnnotationsLookup) (Change, error) {
+	if req.Operation != admissionv1.Update {
+		return Change{}, nil // nothing to compare
+	}
+	if req.SubResource == "scale" {
+		var oldScale, newScale autoscalingv1.Scale
+		if err := json.Unmarshal(req.OldObject.Raw, &oldScale); err != nil {
+			return Change{}, fmt.Errorf("decoding the old Scale: %w", err)
+		}
+		if err := json.Unmarshal(req.Object.Raw, &newScale); err != nil {
+			return Change{}, fmt.Errorf("decoding the Scale: %w", err)
+		}
+		annotations, _ := lookup(req.Namespace, req.Name)
+		return Change{
+			ReplicasField: "spec.replicas (scale)", OldReplicas: int64(oldScale.Spec.Replicas),
+			NewReplicas: int64(newScale.Spec.Replicas), Annotations: annotations,
+		}, nil
+	}
+	oldObj, err := asV2(req.OldObject.Raw)
+	if err != nil {
+		return Change{}, fmt.Errorf("decoding the old object: %w", err)
+	}
+	newObj, err := asV2(req.Object.Raw)
+	if err != nil {
+		return Change{}, fmt.Errorf("decoding the object: %w", err)
+	}
+	c := Change{ReplicasField: "spec.replicas", VersionField: "spec.engine.version", Annotations: newObj.GetAnnotations()}
+	if req.Kind.Version == "v1" {
+		c.ReplicasField, c.VersionField = "spec.size", "spec.version"
+	}
+	c.OldReplicas = replicas(oldObj)
+	c.NewReplicas = replicas(newObj)
+	c.OldVersion, _, _ = unstructured.NestedString(oldObj.Object, "spec", "engine", "version")
+	c.NewVersion, _, _ = unstructured.NestedString(newObj.Object, "spec", "engine", "version")
+	return c, nil
+}
+
+func asV2(raw []byte) (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(raw); err != nil {
+		return nil, err
+	}
+	v2, err := conversion.Convert(u.Object, conversion.V2)
+	if err != nil {
+		return nil, err
+	}
+	return &unstructured.Unstructured{Object: v2}, nil
+}
+
+// replicas is spec.replicas, defaulting to 1 as the schema does.
+func replicas(u *unstructured.Unstructured) int64 {
+	if n, found, _ := unstructured.NestedInt64(u.Object, "spec", "replicas"); found {
+		return n
+	}
+	return 1
+}
