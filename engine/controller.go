@@ -261,3 +261,13 @@ func (c *Controller) child(gvk schema.GroupVersionKind, namespace, name string) 
 	}
 	return nil, fmt.Errorf("%s is not a watched child kind", gvk)
 }
+
+// Annotations returns the annotations of the ManagedCache namespace/name from the informer cache
+// (for the validating webhook's scale rule).
+func (c *Controller) Annotations(namespace, name string) (map[string]string, bool) {
+	obj, exists, err := c.caches.GetIndexer().GetByKey(namespace + "/" + name)
+	if err != nil || !exists {
+		return nil, false
+	}
+	return obj.(*unstructured.Unstructured).GetAnnotations(), true
+}

@@ -4,7 +4,7 @@
 # starts the operator only if it is not running and changes nothing that is already right.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-k=("$KUBECTL" --kubeconfig "$DEV_KUBECONFIG")
+k=("$KUBECTL" --kubeconfig "$DEV_KUBECONFIG" --cache-dir .cluster/kubectl-cache)
 pidfile=.cluster/operator.pid
 log=.cluster/operator.log
 

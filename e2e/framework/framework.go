@@ -87,9 +87,17 @@ func envOr(key, def string) string {
 // Bin returns the path of a binary built by `make cluster-bin`.
 func (c *Cluster) Bin(name string) string { return filepath.Join(c.Root, "bin", "cluster", name) }
 
+// KubectlCmd returns a kubectl command against the test cluster. It has a discovery cache of its
+// own: a recreated cluster may reuse a port, and a shared cache would answer with the previous
+// cluster's API versions.
+func (c *Cluster) KubectlCmd(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, c.Bin("kubectl"), append([]string{"--kubeconfig", c.Kubeconfig,
+		"--cache-dir", filepath.Join(c.Dir, "kubectl-cache")}, args...)...)
+}
+
 // Kubectl runs the cluster's kubectl against the test cluster and returns its combined output.
 func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, c.Bin("kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	cmd := c.KubectlCmd(ctx, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

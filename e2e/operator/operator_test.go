@@ -3,7 +3,6 @@ package operator
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -26,7 +25,7 @@ func TestInvalidSpecsAreRejectedAtApply(t *testing.T) {
 	ns := c.Namespace(t, "invalid")
 	apply := func(name, spec string) error {
 		doc := fmt.Sprintf("apiVersion: cache.example.com/v1\nkind: ManagedCache\nmetadata: {name: %s, namespace: %s}\nspec: %s\n", name, ns, spec)
-		cmd := exec.CommandContext(ctx, c.Bin("kubectl"), "--kubeconfig", c.Kubeconfig, "apply", "-f", "-")
+		cmd := c.KubectlCmd(ctx, "apply", "-f", "-")
 		cmd.Stdin = strings.NewReader(doc)
 		out, err := cmd.CombinedOutput()
 		if err != nil {

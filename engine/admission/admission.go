@@ -35,10 +35,14 @@ func Validate(c Change) error {
 	if c.NewReplicas < c.OldReplicas {
 		majority := c.OldReplicas/2 + 1
 		if c.NewReplicas < majority && c.Annotations[AllowQuorumLossAnnotation] != "true" {
+			step := fmt.Sprintf("scale down in steps that keep a majority (to %d first)", majority)
+			if majority >= c.OldReplicas {
+				step = fmt.Sprintf("a cache of %d members cannot lose one and keep a majority", c.OldReplicas)
+			}
 			return fmt.Errorf("%s: scaling from %d to %d members leaves fewer than a majority (%d) of the current "+
-				"members, which loses the cache's quorum and may lose data; scale down in steps that keep a majority "+
-				"(to %d first), or, to accept the loss, annotate the ManagedCache with %s=\"true\"",
-				c.ReplicasField, c.OldReplicas, c.NewReplicas, majority, majority, AllowQuorumLossAnnotation)
+				"members, which loses the cache's quorum and may lose data; %s; to accept the loss, annotate the "+
+				"ManagedCache with %s=\"true\"",
+				c.ReplicasField, c.OldReplicas, c.NewReplicas, majority, step, AllowQuorumLossAnnotation)
 		}
 	}
 	if c.OldVersion != "" && c.NewVersion != "" && c.OldVersion != c.NewVersion {

@@ -23,11 +23,11 @@ func TestValidateTable(t *testing.T) {
 		ann      map[string]string
 		want     string // "" allowed; else a substring of the error
 	}{
-		{"3 to 1 loses the majority", 3, 1, "7.4", "7.4", nil, "scaling from 3 to 1 members leaves fewer than a majority (2)"},
+		{"3 to 1 loses the majority", 3, 1, "7.4", "7.4", nil, "scaling from 3 to 1 members leaves fewer than a majority (2) of the current members, which loses the cache's quorum and may lose data; scale down in steps that keep a majority (to 2 first); to accept the loss, annotate the ManagedCache with cache.example.com/allow-quorum-loss=\"true\""},
 		{"3 to 2 keeps it", 3, 2, "7.4", "7.4", nil, ""},
 		{"5 to 2 loses it", 5, 2, "7.4", "7.4", nil, "majority (3)"},
 		{"5 to 3 keeps it", 5, 3, "7.4", "7.4", nil, ""},
-		{"2 to 1 loses it", 2, 1, "7.4", "7.4", nil, "majority (2)"},
+		{"2 to 1 loses it", 2, 1, "7.4", "7.4", nil, "a cache of 2 members cannot lose one and keep a majority"},
 		{"9 to 4 loses it", 9, 4, "7.4", "7.4", nil, "majority (5)"},
 		{"9 to 5 keeps it", 9, 5, "7.4", "7.4", nil, ""},
 		{"scaling up", 1, 9, "7.4", "7.4", nil, ""},

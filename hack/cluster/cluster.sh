@@ -28,7 +28,7 @@ state=${CLUSTER_DIR:-$root/.cluster}
 name=${CLUSTER_NAME:-cache-dev}
 export KWOK_WORKDIR=$state/kwok
 kubeconfig=$state/kubeconfig
-kubectl=("$bin/kubectl" --kubeconfig "$kubeconfig")
+kubectl=("$bin/kubectl" --kubeconfig "$kubeconfig" --cache-dir "$state/kubectl-cache")
 
 log() { echo "cluster: $*"; }
 

@@ -1,0 +1,154 @@
+package webhook
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"reflect"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+)
+
+// Names of what the operator registers.
+const (
+	CRDName           = "managedcaches.cache.example.com"
+	WebhookConfigName = "cache-operator"
+	ValidatingWebhook = "validate.managedcaches.cache.example.com"
+	ConvertPath       = "/convert"
+	ValidatePath      = "/validate"
+	servicePort       = 443
+)
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// Endpoint is where the API server reaches the webhooks: a URL (running outside the cluster) or
+// a Service (deployed in it).
+type Endpoint struct {
+	// URL is the base URL, for example https://127.0.0.1:9443; empty in Service mode.
+	URL string
+	// ServiceNamespace and ServiceName name the Service in Service mode.
+	ServiceNamespace, ServiceName string
+}
+
+func (e Endpoint) clientConfig(path string, caBundle []byte) admissionregistrationv1.WebhookClientConfig {
+	if e.URL != "" {
+		return admissionregistrationv1.WebhookClientConfig{URL: ptr.To(e.URL + path), CABundle: caBundle}
+	}
+	return admissionregistrationv1.WebhookClientConfig{
+		Service:  &admissionregistrationv1.ServiceReference{Namespace: e.ServiceNamespace, Name: e.ServiceName, Path: ptr.To(path), Port: ptr.To[int32](servicePort)},
+		CABundle: caBundle,
+	}
+}
+
+// matchCondition limits the webhook to the updates its rules judge: a lower member count or
+// another version. Everything else (creates, finalizer and annotation changes, scaling up) never
+// calls it, so those keep working while the operator is down.
+const matchCondition = `has(request.subResource) && request.subResource == 'scale' ? object.spec.replicas < oldObject.spec.replicas : (
+  (has(object.spec.size) && has(oldObject.spec.size) && object.spec.size < oldObject.spec.size) ||
+  (has(object.spec.replicas) && has(oldObject.spec.replicas) && object.spec.replicas < oldObject.spec.replicas) ||
+  (has(object.spec.version) && has(oldObject.spec.version) && object.spec.version != oldObject.spec.version) ||
+  (has(object.spec.engine) && has(oldObject.spec.engine) && has(object.spec.engine.version) &&
+    has(oldObject.spec.engine.version) && object.spec.engine.version != oldObject.spec.engine.version))`
+
+// desiredWebhookConfig is the ValidatingWebhookConfiguration, with every field the API server
+// would default set explicitly, so that comparing it with the live object finds no false drift.
+func desiredWebhookConfig(e Endpoint, caBundle []byte) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: WebhookConfigName, Labels: map[string]string{"app.kubernetes.io/name": "cache-operator"}},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:         ValidatingWebhook,
+			ClientConfig: e.clientConfig(ValidatePath, caBundle),
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{"cache.example.com"}, APIVersions: []string{"v1", "v2"},
+					Resources: []string{"managedcaches", "managedcaches/scale"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+				},
+			}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			NamespaceSelector:       &metav1.LabelSelector{},
+			ObjectSelector:          &metav1.LabelSelector{},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To[int32](5),
+			AdmissionReviewVersions: []string{"v1"},
+			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "judged-changes", Expression: matchCondition}},
+		}},
+	}
+}
+
+// register points the CRD's conversion webhook and the ValidatingWebhookConfiguration at e with
+// caBundle, writing only what differs from the live objects.
+func register(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, e Endpoint, caBundle []byte) error {
+	if err := registerConversion(ctx, dyn, e, caBundle); err != nil {
+		return err
+	}
+	return registerValidation(ctx, kube, e, caBundle)
+}
+
+func registerConversion(ctx context.Context, dyn dynamic.Interface, e Endpoint, caBundle []byte) error {
+	crd, err := dyn.Resource(crdGVR).Get(ctx, CRDName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("CustomResourceDefinition/%s: %w (install it first: make install)", CRDName, err)
+	}
+	cc := e.clientConfig(ConvertPath, caBundle)
+	want := map[string]interface{}{"caBundle": base64.StdEncoding.EncodeToString(caBundle)}
+	if cc.URL != nil {
+		want["url"] = *cc.URL
+	} else {
+		want["service"] = map[string]interface{}{"namespace": cc.Service.Namespace, "name": cc.Service.Name, "path": *cc.Service.Path, "port": int64(*cc.Service.Port)}
+	}
+	strategy, _, _ := unstructured.NestedString(crd.Object, "spec", "conversion", "strategy")
+	live, _, _ := unstructured.NestedMap(crd.Object, "spec", "conversion", "webhook", "clientConfig")
+	if strategy == "Webhook" && reflect.DeepEqual(live, want) {
+		return nil
+	}
+	patchCC := map[string]interface{}{"caBundle": want["caBundle"], "url": nil, "service": nil}
+	for k, v := range want {
+		patchCC[k] = v
+	}
+	patch, _ := json.Marshal(map[string]interface{}{"spec": map[string]interface{}{"conversion": map[string]interface{}{
+		"strategy": "Webhook",
+		"webhook":  map[string]interface{}{"conversionReviewVersions": []string{"v1"}, "clientConfig": patchCC},
+	}}})
+	if _, err := dyn.Resource(crdGVR).Patch(ctx, CRDName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "cache-operator"}); err != nil {
+		return fmt.Errorf("CustomResourceDefinition/%s: setting the conversion webhook: %w", CRDName, err)
+	}
+	klog.InfoS("Registered the conversion webhook", "crd", CRDName)
+	return nil
+}
+
+func registerValidation(ctx context.Context, kube kubernetes.Interface, e Endpoint, caBundle []byte) error {
+	api := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	want := desiredWebhookConfig(e, caBundle)
+	live, err := api.Get(ctx, WebhookConfigName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		if _, err := api.Create(ctx, want, metav1.CreateOptions{FieldManager: "cache-operator"}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("ValidatingWebhookConfiguration/%s: %w", WebhookConfigName, err)
+		}
+		klog.InfoS("Registered the validating webhook", "config", WebhookConfigName)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("ValidatingWebhookConfiguration/%s: %w", WebhookConfigName, err)
+	}
+	if reflect.DeepEqual(live.Webhooks, want.Webhooks) && reflect.DeepEqual(live.Labels, want.Labels) {
+		return nil
+	}
+	want.ResourceVersion = live.ResourceVersion
+	if _, err := api.Update(ctx, want, metav1.UpdateOptions{FieldManager: "cache-operator"}); err != nil {
+		return fmt.Errorf("ValidatingWebhookConfiguration/%s: %w", WebhookConfigName, err)
+	}
+	klog.InfoS("Updated the validating webhook", "config", WebhookConfigName)
+	return nil
+}

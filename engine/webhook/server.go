@@ -1,0 +1,154 @@
+// Package webhook serves the operator's webhooks — the CRD conversion webhook and the validating
+// webhook — over HTTPS in every replica, with a certificate it manages itself: a CA and a serving
+// certificate kept in a Secret in the operator's namespace, renewed before expiry, and injected
+// (as the CA bundle) into the CRD's conversion config and the ValidatingWebhookConfiguration.
+//
+// It is not for cert-manager setups: it always manages its own certificates.
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"example.com/cache-operator/engine/admission"
+	"example.com/cache-operator/engine/conversion"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+)
+
+// Options configure the webhook server.
+type Options struct {
+	// Port is the HTTPS port.
+	Port int
+	// Endpoint is how the API server reaches this server.
+	Endpoint Endpoint
+	// Namespace and SecretName locate the certificate Secret.
+	Namespace, SecretName string
+	// CertLifetime is the serving certificate's lifetime (the CA's is ten times longer). Both
+	// are renewed when a third of their lifetime is left.
+	CertLifetime time.Duration
+}
+
+// Server serves /convert and /validate.
+type Server struct {
+	opts  Options
+	kube  kubernetes.Interface
+	dyn   dynamic.Interface
+	certs *certs
+	mux   *http.ServeMux
+	ready chan struct{}
+}
+
+// New returns a webhook server; lookup reads a ManagedCache's annotations from the informer cache.
+func New(kube kubernetes.Interface, dyn dynamic.Interface, lookup admission.AnnotationsLookup, opts Options) (*Server, error) {
+	c := &certs{client: kube, namespace: opts.Namespace, name: opts.SecretName, lifetime: opts.CertLifetime}
+	if opts.Endpoint.URL != "" {
+		u, err := url.Parse(opts.Endpoint.URL)
+		if err != nil || u.Scheme != "https" || u.Hostname() == "" {
+			return nil, fmt.Errorf("webhook URL %q: must be https://HOST[:PORT]", opts.Endpoint.URL)
+		}
+		if ip := net.ParseIP(u.Hostname()); ip != nil {
+			c.ips = []net.IP{ip}
+		} else {
+			c.dnsNames = []string{u.Hostname()}
+		}
+	} else {
+		n, ns := opts.Endpoint.ServiceName, opts.Endpoint.ServiceNamespace
+		if n == "" || ns == "" {
+			return nil, errors.New("webhook: either a URL or a Service namespace/name is needed")
+		}
+		c.dnsNames = []string{n, n + "." + ns, n + "." + ns + ".svc", n + "." + ns + ".svc.cluster.local"}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST "+ConvertPath, conversion.Handler())
+	mux.Handle("POST "+ValidatePath, admission.Handler(lookup))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	return &Server{opts: opts, kube: kube, dyn: dyn, certs: c, mux: mux, ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once the server has a certificate, is registered and listens.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// checkInterval is how often the certificates and registrations are re-checked.
+func (s *Server) checkInterval() time.Duration {
+	d := s.opts.CertLifetime / 10
+	switch {
+	case d < time.Second:
+		return time.Second
+	case d > 10*time.Minute:
+		return 10 * time.Minute
+	}
+	return d
+}
+
+// sync ensures the certificates and the registrations once.
+func (s *Server) sync(ctx context.Context) error {
+	renewed, err := s.certs.ensure(ctx, time.Now())
+	if err != nil {
+		return err
+	}
+	if renewed {
+		klog.InfoS("Serving a new webhook certificate", "serial", s.certs.serial.Load().String(),
+			"notAfter", s.certs.current.Load().Leaf.NotAfter)
+	}
+	return register(ctx, s.kube, s.dyn, s.opts.Endpoint, s.certs.caBundle())
+}
+
+// Run serves until ctx ends. It retries the first certificate and registration until they work.
+func (s *Server) Run(ctx context.Context) error {
+	for {
+		err := s.sync(ctx)
+		if err == nil {
+			break
+		}
+		klog.ErrorS(err, "Webhook setup failed; retrying")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+	host := ""
+	if s.opts.Endpoint.URL != "" {
+		u, _ := url.Parse(s.opts.Endpoint.URL)
+		host = u.Hostname()
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(s.opts.Port)))
+	if err != nil {
+		return fmt.Errorf("webhook listener: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.certs.getCertificate},
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	klog.InfoS("Serving webhooks", "address", ln.Addr().String(), "endpoint", s.opts.Endpoint)
+	close(s.ready)
+
+	ticker := time.NewTicker(s.checkInterval())
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shutdown)
+			return nil
+		case err := <-errc:
+			return fmt.Errorf("webhook server: %w", err)
+		case <-ticker.C:
+			if err := s.sync(ctx); err != nil {
+				klog.ErrorS(err, "Renewing webhook certificates or registrations failed; retrying at the next check")
+			}
+		}
+	}
+}
