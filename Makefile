@@ -34,9 +34,10 @@ RUN_ARGS ?=
 build: ## build bin/cache-operator
 	CGO_ENABLED=0 go build -trimpath -o $(OPERATOR) .
 
-install: ## apply the CRD to the current kubeconfig ($$KUBECONFIG)
-	$(KUBECTL) apply --server-side -k crd/
+install: ## apply the CRD and the operator's namespace to the current kubeconfig ($$KUBECONFIG)
+	$(KUBECTL) apply --server-side --force-conflicts -k crd/
 	$(KUBECTL) wait --for=condition=Established crd/managedcaches.cache.example.com --timeout=60s
+	$(KUBECTL) get namespace cache-operator-system >/dev/null 2>&1 || $(KUBECTL) create namespace cache-operator-system
 
 run: build install ## run the operator in the foreground against the current kubeconfig
 	$(OPERATOR) --kubeconfig "$${KUBECONFIG:-$$HOME/.kube/config}" $(RUN_ARGS)

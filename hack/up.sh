@@ -9,9 +9,11 @@ pidfile=.cluster/operator.pid
 log=.cluster/operator.log
 
 echo "up: installing the CRD"
-"${k[@]}" apply --server-side -k crd/ >/dev/null
+"${k[@]}" apply --server-side --force-conflicts -k crd/ >/dev/null
 "${k[@]}" wait --for=condition=Established crd/managedcaches.cache.example.com --timeout=60s >/dev/null
-"${k[@]}" get namespace shop >/dev/null 2>&1 || "${k[@]}" create namespace shop >/dev/null
+for ns in shop cache-operator-system; do # the sample's, and the operator's (webhook certificate)
+	"${k[@]}" get namespace "$ns" >/dev/null 2>&1 || "${k[@]}" create namespace "$ns" >/dev/null
+done
 
 # A rebuilt binary replaces a running operator of an older build.
 if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
@@ -26,7 +28,7 @@ fi
 if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
 	nohup "$OPERATOR" --kubeconfig "$DEV_KUBECONFIG" >>"$log" 2>&1 &
 	echo $! >"$pidfile"
-	echo "up: started the operator (PID $!, log $log)"
+	echo "up: started the operator (PID $!, log $log); webhooks on https://127.0.0.1:9443"
 fi
 
 echo "up: applying manifests/samples/sessions.yaml"

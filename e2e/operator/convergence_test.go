@@ -14,6 +14,7 @@ import (
 
 	"example.com/cache-operator/e2e/framework"
 	"example.com/cache-operator/engine"
+	"example.com/cache-operator/engine/webhook"
 	"example.com/cache-operator/templates"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -156,9 +157,21 @@ func TestNoOpReconcileMakesNoRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The webhooks (the informer reads v2 through the conversion webhook) use their own,
+	// uncounted clients: their periodic certificate checks are not reconciles.
+	hooks, err := webhook.New(c.Kube, c.Dynamic, ctrl.Annotations, webhook.Options{
+		Port: 9444, Endpoint: webhook.Endpoint{URL: "https://127.0.0.1:9444"}, Namespace: "cache-operator-system",
+		SecretName: "cache-operator-webhook-tls", CertLifetime: 365 * 24 * time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooksDone := make(chan struct{})
+	go func() { _ = hooks.Run(ctx); close(hooksDone) }()
+	<-hooks.Ready()
 	done := make(chan struct{})
 	go func() { _ = ctrl.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; broadcaster.Shutdown() })
+	t.Cleanup(func() { cancel(); <-done; <-hooksDone; broadcaster.Shutdown() })
 	deleteCachesOnCleanup(t, c, ns)
 
 	createCache(t, c, ns, "quiet", map[string]interface{}{"version": "7.4", "size": int64(3)})

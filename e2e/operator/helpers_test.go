@@ -6,8 +6,11 @@ package operator
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,9 +28,13 @@ import (
 )
 
 var (
-	mcGVR  = schema.GroupVersionResource{Group: "cache.example.com", Version: "v1", Resource: "managedcaches"}
-	binary string
+	mcGVR   = schema.GroupVersionResource{Group: "cache.example.com", Version: "v1", Resource: "managedcaches"}
+	mcV2GVR = schema.GroupVersionResource{Group: "cache.example.com", Version: "v2", Resource: "managedcaches"}
+	binary  string
 )
+
+// webhookPort is where the tests' operators serve their webhooks.
+const webhookPort = "9444"
 
 func TestMain(m *testing.M) {
 	if os.Getenv("CACHE_E2E") == "1" {
@@ -40,9 +47,15 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		kubectl := exec.Command(filepath.Join(root, "bin", "cluster", "kubectl"), "--kubeconfig",
-			filepath.Join(os.Getenv("CACHE_E2E_CLUSTER_DIR"), "kubeconfig"), "apply", "--server-side", "-k", filepath.Join(root, "crd"))
+			filepath.Join(os.Getenv("CACHE_E2E_CLUSTER_DIR"), "kubeconfig"), "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(root, "crd"))
 		if out, err := kubectl.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "installing the CRD: %v\n%s", err, out)
+			os.Exit(1)
+		}
+		ns := exec.Command(filepath.Join(root, "bin", "cluster", "kubectl"), "--kubeconfig",
+			filepath.Join(os.Getenv("CACHE_E2E_CLUSTER_DIR"), "kubeconfig"), "create", "namespace", "cache-operator-system")
+		if out, err := ns.CombinedOutput(); err != nil && !strings.Contains(string(out), "AlreadyExists") {
+			fmt.Fprintf(os.Stderr, "creating the operator's namespace: %v\n%s", err, out)
 			os.Exit(1)
 		}
 	}
@@ -65,7 +78,8 @@ func startOperator(t *testing.T, c *framework.Cluster, args ...string) *operator
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binary, append([]string{"--kubeconfig", c.Kubeconfig, "-v=3"}, args...)...)
+	// Port 9444: a `make up` operator may hold 9443 on this machine.
+	cmd := exec.Command(binary, append([]string{"--kubeconfig", c.Kubeconfig, "-v=3", "--webhook-port=" + webhookPort}, args...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting the operator: %v", err)
@@ -73,6 +87,11 @@ func startOperator(t *testing.T, c *framework.Cluster, args ...string) *operator
 	f.Close()
 	op := &operator{t: t, cmd: cmd, log: logPath}
 	t.Cleanup(func() { op.stop(syscall.SIGTERM) })
+	// It registers its webhooks before it listens: once it answers TLS, the API server can use it.
+	framework.Eventually(t, 30*time.Second, "the operator's webhooks to serve", func() (bool, string, error) {
+		_, err := servedSerial("127.0.0.1:" + webhookPort)
+		return err == nil, "", err
+	})
 	return op
 }
 
@@ -246,4 +265,18 @@ func deleteCachesOnCleanup(t *testing.T, c *framework.Cluster, ns string) {
 			return len(l.Items) == 0, fmt.Sprintf("%d left", len(l.Items)), nil
 		})
 	})
+}
+
+var netDialer = net.Dialer{Timeout: 5 * time.Second}
+
+const sigterm = syscall.SIGTERM
+
+// parseLeaf parses the first PEM certificate.
+func parseLeaf(b []byte) (*x509.Certificate, []byte, bool) {
+	blk, rest := pem.Decode(b)
+	if blk == nil {
+		return nil, nil, false
+	}
+	cert, err := x509.ParseCertificate(blk.Bytes)
+	return cert, rest, err == nil
 }

@@ -1,0 +1,240 @@
+package operator
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"example.com/cache-operator/e2e/framework"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// applyYAML runs kubectl apply -f - with doc.
+func applyYAML(ctx context.Context, c *framework.Cluster, doc string) (string, error) {
+	cmd := c.KubectlCmd(ctx, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(doc)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl apply: %w: %s", err, out)
+	}
+	return string(out), nil
+}
+
+func v1Doc(ns, name string, size int, version string) string {
+	return fmt.Sprintf("apiVersion: cache.example.com/v1\nkind: ManagedCache\nmetadata: {name: %s, namespace: %s}\nspec: {size: %d, version: %q, storageGi: 1}\n", name, ns, size, version)
+}
+
+func wantRejected(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: got %v; want it rejected with %q", what, err, want)
+	}
+}
+
+// TestAdmissionRulesThroughTheAPIServer: the quorum guard and the downgrade rule as a user meets
+// them with kubectl, in both API versions and on the scale subresource.
+func TestAdmissionRulesThroughTheAPIServer(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "admission")
+	startOperator(t, c)
+	deleteCachesOnCleanup(t, c, ns)
+	if _, err := applyYAML(ctx, c, v1Doc(ns, "guarded", 5, "7.4")); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, ns, "guarded", 5, 2*time.Minute)
+	denied := `admission webhook "validate.managedcaches.cache.example.com" denied the request: `
+
+	_, err := c.Kubectl(ctx, "scale", "managedcache/guarded", "-n", ns, "--replicas=2")
+	wantRejected(t, "kubectl scale 5 -> 2", err, denied+"spec.replicas (scale): scaling from 5 to 2 members leaves fewer than a majority (3)")
+	_, err = applyYAML(ctx, c, v1Doc(ns, "guarded", 1, "7.4"))
+	wantRejected(t, "kubectl apply v1 size 5 -> 1", err, denied+"spec.size: scaling from 5 to 1 members")
+	_, err = c.Kubectl(ctx, "patch", "managedcaches.v2.cache.example.com", "guarded", "-n", ns, "--type=merge", "-p", `{"spec":{"replicas":2}}`)
+	wantRejected(t, "v2 patch replicas 5 -> 2", err, denied+"spec.replicas: scaling from 5 to 2")
+	_, err = applyYAML(ctx, c, v1Doc(ns, "guarded", 5, "6.2"))
+	wantRejected(t, "kubectl apply v1 version 7.4 -> 6.2", err, denied+"spec.version: downgrading from 7.4 to 6.2 crosses a major version")
+	_, err = c.Kubectl(ctx, "patch", "managedcaches.v2.cache.example.com", "guarded", "-n", ns, "--type=merge", "-p", `{"spec":{"engine":{"version":"6.0"}}}`)
+	wantRejected(t, "v2 patch version 7.4 -> 6.0", err, denied+"spec.engine.version: downgrading from 7.4 to 6.0")
+
+	// What keeps a majority, or stays in the major version, passes.
+	if _, err := c.Kubectl(ctx, "scale", "managedcache/guarded", "-n", ns, "--replicas=3"); err != nil {
+		t.Errorf("kubectl scale 5 -> 3: %v", err)
+	}
+	if _, err := applyYAML(ctx, c, v1Doc(ns, "guarded", 3, "7.2")); err != nil {
+		t.Errorf("minor downgrade 7.4 -> 7.2: %v", err)
+	}
+	// The override, read on /scale from the operator's informer cache.
+	if _, err := c.Kubectl(ctx, "annotate", "managedcache", "guarded", "-n", ns, "cache.example.com/allow-quorum-loss=true"); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, "kubectl scale 3 -> 1 to pass with the override", func() (bool, string, error) {
+		_, err := c.Kubectl(ctx, "scale", "managedcache/guarded", "-n", ns, "--replicas=1")
+		return err == nil, fmt.Sprint(err), nil // the informer cache may be a moment behind
+	})
+	waitReady(t, c, ns, "guarded", 1, time.Minute)
+}
+
+// TestConversionThroughTheAPIServer: a v2 cache with fields v1 cannot express is readable and
+// writable as v1 without losing them, and runs as v2 says.
+func TestConversionThroughTheAPIServer(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "convert")
+	startOperator(t, c)
+	deleteCachesOnCleanup(t, c, ns)
+	doc := fmt.Sprintf(`apiVersion: cache.example.com/v2
+kind: ManagedCache
+metadata: {name: feed, namespace: %s}
+spec:
+  replicas: 3
+  engine: {name: valkey, version: "8.0"}
+  storage: {size: 1536Mi, storageClassName: standard}
+  eviction: {policy: allkeys-lru, maxMemory: 768Mi}
+  resources: {limits: {memory: 1Gi}}
+`, ns)
+	if _, err := applyYAML(ctx, c, doc); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, ns, "feed", 3, 2*time.Minute)
+	sts, err := getChild(c, "StatefulSet", ns, "feed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	containers, _, _ := unstructured.NestedSlice(sts.Object, "spec", "template", "spec", "containers")
+	if img := containers[0].(map[string]interface{})["image"]; img != "valkey/valkey:8.0" {
+		t.Errorf("image %v, want valkey/valkey:8.0", img)
+	}
+	vct, _, _ := unstructured.NestedSlice(sts.Object, "spec", "volumeClaimTemplates")
+	if size, _, _ := unstructured.NestedString(vct[0].(map[string]interface{}), "spec", "resources", "requests", "storage"); size != "1536Mi" {
+		t.Errorf("volume size %q, want 1536Mi", size)
+	}
+
+	v1, err := c.Dynamic.Resource(mcGVR).Namespace(ns).Get(ctx, "feed", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := v1.Object["spec"].(map[string]interface{})
+	if spec["size"] != int64(3) || spec["storageGi"] != int64(2) || spec["version"] != "8.0" || spec["evictionPolicy"] != "allkeys-lru" {
+		t.Errorf("as v1: spec %v", spec)
+	}
+	if a := v1.GetAnnotations()["cache.example.com/v2-spec"]; !strings.Contains(a, `"name":"valkey"`) || !strings.Contains(a, `"maxMemory":"768Mi"`) {
+		t.Errorf("as v1: v2-only fields annotation %q", a)
+	}
+	// A v1 write (scale to 5 through v1) keeps the v2-only fields.
+	if _, err := c.Dynamic.Resource(mcGVR).Namespace(ns).Patch(ctx, "feed", types.MergePatchType, []byte(`{"spec":{"size":5}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v2, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, "feed", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, _ := unstructured.NestedMap(v2.Object, "spec")
+	want := map[string]interface{}{
+		"replicas": int64(5), "engine": map[string]interface{}{"name": "valkey", "version": "8.0"},
+		"storage":   map[string]interface{}{"size": "1536Mi", "storageClassName": "standard"},
+		"eviction":  map[string]interface{}{"policy": "allkeys-lru", "maxMemory": "768Mi"},
+		"resources": map[string]interface{}{"limits": map[string]interface{}{"memory": "1Gi"}},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after a v1 write, v2 spec is\n%v\nwant\n%v", got, want)
+	}
+	if _, ok := v2.GetAnnotations()["cache.example.com/v2-spec"]; ok {
+		t.Error("v2 shows the conversion annotation")
+	}
+	waitReady(t, c, ns, "feed", 5, 2*time.Minute)
+}
+
+// servedSerial returns the serial number of the certificate the webhook server presents.
+func servedSerial(addr string) (string, error) {
+	conn, err := tls.DialWithDialer(&netDialer, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reading the certificate only
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
+}
+
+// TestWebhookCertificateRotation: with a 30s lifetime the serving certificate is renewed within
+// it, the server presents the new one, and the API server keeps trusting it.
+func TestWebhookCertificateRotation(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "rotate")
+	startOperator(t, c, "--webhook-cert-lifetime=30s")
+	deleteCachesOnCleanup(t, c, ns)
+	if _, err := applyYAML(ctx, c, v1Doc(ns, "r", 3, "7.4")); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, ns, "r", 3, 2*time.Minute)
+	addr := "127.0.0.1:" + webhookPort
+	var first string
+	framework.Eventually(t, 30*time.Second, "a certificate issued for 30s", func() (bool, string, error) {
+		s, err := c.Kube.CoreV1().Secrets("cache-operator-system").Get(ctx, "cache-operator-webhook-tls", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		cert, _, ok := parseLeaf(s.Data["tls.crt"])
+		if !ok {
+			return false, "unparsable", nil
+		}
+		first, err = servedSerial(addr)
+		life := cert.NotAfter.Sub(cert.NotBefore) - time.Minute
+		return err == nil && life < time.Minute && first == cert.SerialNumber.String(), fmt.Sprintf("lifetime %s, served %s", life, first), err
+	})
+	framework.Eventually(t, time.Minute, "the server to present a renewed certificate", func() (bool, string, error) {
+		s, err := servedSerial(addr)
+		return err == nil && s != first, "serving " + s, err
+	})
+	// The API server trusts the renewed certificate: conversion (a v2 read) and admission work.
+	if _, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, "r", metav1.GetOptions{}); err != nil {
+		t.Errorf("v2 read after rotation: %v", err)
+	}
+	_, err := c.Kubectl(ctx, "scale", "managedcache/r", "-n", ns, "--replicas=1")
+	wantRejected(t, "kubectl scale 3 -> 1 after rotation", err, "leaves fewer than a majority")
+}
+
+// TestWhileTheOperatorIsDown documents the failure mode: with the operator stopped, v1 creates
+// and updates that the rules do not judge still work (and so does the finalizer escape hatch);
+// scale-downs and version changes fail closed; v2 reads fail (nothing converts); once it is back
+// everything converges.
+func TestWhileTheOperatorIsDown(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.Namespace(t, "down")
+	op := startOperator(t, c)
+	if _, err := applyYAML(ctx, c, v1Doc(ns, "before", 3, "7.4")); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, ns, "before", 3, 2*time.Minute)
+	op.stop(sigterm)
+
+	if _, err := applyYAML(ctx, c, v1Doc(ns, "during", 3, "7.4")); err != nil {
+		t.Errorf("creating a v1 cache while the operator is down: %v", err)
+	}
+	if _, err := applyYAML(ctx, c, v1Doc(ns, "before", 5, "7.4")); err != nil {
+		t.Errorf("scaling up through v1 while the operator is down: %v", err)
+	}
+	_, err := applyYAML(ctx, c, v1Doc(ns, "before", 1, "7.4"))
+	wantRejected(t, "scaling down while the operator is down", err, `failed calling webhook "validate.managedcaches.cache.example.com"`)
+	if _, err := c.Kubectl(ctx, "get", "managedcaches.v1.cache.example.com", "-n", ns); err != nil {
+		t.Errorf("reading v1 while the operator is down: %v", err)
+	}
+	_, err = c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, "before", metav1.GetOptions{})
+	if err == nil || !strings.Contains(err.Error(), "conversion webhook") {
+		t.Errorf("reading v2 while the operator is down: got %v, want a conversion webhook error", err)
+	}
+	// The finalizer escape hatch.
+	if _, err := c.Kubectl(ctx, "patch", "managedcaches.v1.cache.example.com", "during", "-n", ns, "--type=merge", "-p", `{"metadata":{"finalizers":[]}}`); err != nil {
+		t.Errorf("the finalizer escape hatch while the operator is down: %v", err)
+	}
+
+	startOperator(t, c)
+	deleteCachesOnCleanup(t, c, ns)
+	waitReady(t, c, ns, "before", 5, 2*time.Minute)
+	waitReady(t, c, ns, "during", 3, 2*time.Minute)
+}
