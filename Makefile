@@ -31,8 +31,10 @@ OPERATOR := $(ROOT)/bin/cache-operator
 DEV_KUBECONFIG := $(ROOT)/.cluster/kubeconfig
 RUN_ARGS ?=
 .PHONY: build install run up down
-build: ## build bin/cache-operator
-	CGO_ENABLED=0 go build -trimpath -o $(OPERATOR) .
+build: ## build bin/cache-operator (replaced only when the build differs, so make up does not restart it needlessly)
+	@mkdir -p bin
+	CGO_ENABLED=0 go build -trimpath -o $(OPERATOR).new .
+	@if cmp -s $(OPERATOR).new $(OPERATOR); then rm $(OPERATOR).new; else mv $(OPERATOR).new $(OPERATOR); fi
 
 install: ## apply the CRD and the operator's namespace to the current kubeconfig ($$KUBECONFIG)
 	$(KUBECTL) apply --server-side --force-conflicts -k crd/
