@@ -123,16 +123,26 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *Renderer, r
 		}
 		c.children = append(c.children, childKind{gvk: gvk, gvr: gvr, informer: inf})
 	}
+	registerFleet(c)
 	return c, nil
 }
 
 // Reconciles returns how many reconciles have finished (for tests and metrics).
 func (c *Controller) Reconciles() int64 { return c.reconciles.Load() }
 
-// Run starts the informers, waits for their caches, and reconciles until ctx ends; then it stops
-// taking work and waits for the reconciles in flight.
+// Run starts the informers, waits for their caches, and reconciles until ctx ends (Start, then
+// RunWorkers).
 func (c *Controller) Run(ctx context.Context) error {
-	defer utilruntime.HandleCrash()
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	c.RunWorkers(ctx)
+	return nil
+}
+
+// Start starts the informers and waits until their caches have synced. Every replica does this
+// (the webhooks read the cache); only the leader runs workers.
+func (c *Controller) Start(ctx context.Context) error {
 	for _, f := range c.factories {
 		f.Start(ctx.Done())
 	}
@@ -144,6 +154,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("informer caches did not sync")
 	}
+	return nil
+}
+
+// RunWorkers reconciles until ctx ends; then it stops taking work and waits up to drain for the
+// reconciles in flight.
+func (c *Controller) RunWorkers(ctx context.Context) {
+	defer utilruntime.HandleCrash()
 	klog.InfoS("Starting workers", "count", c.opts.Workers)
 	done := make(chan struct{})
 	for i := 0; i < c.opts.Workers; i++ {
@@ -154,15 +171,21 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	klog.InfoS("Shutting down: finishing reconciles in flight")
-	c.queue.ShutDownWithDrain()
+	drained := make(chan struct{})
+	go func() { c.queue.ShutDownWithDrain(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(drainTimeout):
+		klog.InfoS("Reconciles in flight did not finish in time; stopping anyway", "timeout", drainTimeout)
+		c.queue.ShutDown()
+	}
 	for i := 0; i < c.opts.Workers; i++ {
 		<-done
 	}
-	for _, f := range c.factories {
-		f.Shutdown()
-	}
-	return nil
 }
+
+// drainTimeout bounds how long a shutdown waits for reconciles in flight.
+const drainTimeout = 20 * time.Second
 
 // HasSynced reports whether every informer cache has synced.
 func (c *Controller) HasSynced() bool {
@@ -188,7 +211,9 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
-	err := c.reconcile(ctx, key)
+	start := time.Now()
+	err := c.reconcile(context.WithoutCancel(ctx), key) // an in-flight reconcile finishes on shutdown
+	observeReconcile(start, err)
 	c.reconciles.Add(1)
 	if err == nil {
 		c.queue.Forget(key)

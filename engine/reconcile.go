@@ -75,6 +75,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	var sts *unstructured.Unstructured
 	for _, want := range desired {
 		live, outcome, err := c.sync(ctx, mc, want)
+		childrenApplied.WithLabelValues(want.GetKind(), string(outcome)).Inc()
 		if want.GroupVersionKind() == statefulSetGVK && live != nil {
 			sts = live
 		}

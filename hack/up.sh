@@ -26,13 +26,21 @@ if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
 	fi
 fi
 if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
-	nohup "$OPERATOR" --kubeconfig "$DEV_KUBECONFIG" >>"$log" 2>&1 &
+	# As in production: leader election on (a second `make run` would wait as a follower).
+	nohup "$OPERATOR" --kubeconfig "$DEV_KUBECONFIG" --leader-elect \
+		--metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 >>"$log" 2>&1 &
 	echo $! >"$pidfile"
 	echo "up: started the operator (PID $!, log $log); webhooks on https://127.0.0.1:9443"
 fi
 
 echo "up: applying manifests/samples/sessions.yaml"
 "${k[@]}" apply --server-side -f manifests/samples/sessions.yaml >/dev/null
+echo "up: waiting for the operator to be ready (http://127.0.0.1:8081/readyz) ..."
+for _ in $(seq 1 60); do
+	curl -fsS http://127.0.0.1:8081/readyz >/dev/null 2>&1 && break
+	kill -0 "$(cat "$pidfile")" 2>/dev/null || { echo "up: the operator exited; log:" >&2; tail -n 20 "$log" >&2; exit 1; }
+	sleep 1
+done
 echo "up: waiting for shop/sessions to be Ready ..."
 if ! "${k[@]}" wait --for=condition=Ready managedcache/sessions -n shop --timeout=180s >/dev/null; then
 	echo "up: shop/sessions is not Ready; last operator log lines:" >&2
@@ -47,5 +55,6 @@ The cache is Ready. Next:
   bin/cluster/kubectl get managedcache,statefulset,service,secret,pdb -n shop
   bin/cluster/kubectl scale managedcache/sessions -n shop --replicas=5
   tail -f $log          # the operator's log
+  curl -s 127.0.0.1:8080/metrics | grep ^cache_operator   # its metrics
   make down             # stop the operator and the cluster
 MSG

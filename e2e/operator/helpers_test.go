@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -62,6 +63,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// operatorSeq numbers the operator processes, one log file each.
+var operatorSeq atomic.Int64
+
 // operator is a running cache-operator process.
 type operator struct {
 	t   *testing.T
@@ -73,7 +77,7 @@ type operator struct {
 // startOperator runs the operator against the test cluster until the test ends.
 func startOperator(t *testing.T, c *framework.Cluster, args ...string) *operator {
 	t.Helper()
-	logPath := filepath.Join(c.Dir, "operator-"+strings.ReplaceAll(t.Name(), "/", "_")+".log")
+	logPath := filepath.Join(c.Dir, fmt.Sprintf("operator-%s-%d.log", strings.ReplaceAll(t.Name(), "/", "_"), operatorSeq.Add(1)))
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -279,4 +283,9 @@ func parseLeaf(b []byte) (*x509.Certificate, []byte, bool) {
 	}
 	cert, err := x509.ParseCertificate(blk.Bytes)
 	return cert, rest, err == nil
+}
+
+func readFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return string(b), err
 }

@@ -31,6 +31,8 @@ type Options struct {
 	Endpoint Endpoint
 	// Namespace and SecretName locate the certificate Secret.
 	Namespace, SecretName string
+	// ReusePort lets several processes on one host share the port (SO_REUSEPORT, Linux).
+	ReusePort bool
 	// CertLifetime is the serving certificate's lifetime (the CA's is ten times longer). Both
 	// are renewed when a third of their lifetime is left.
 	CertLifetime time.Duration
@@ -76,6 +78,16 @@ func New(kube kubernetes.Interface, dyn dynamic.Interface, lookup admission.Anno
 // Ready is closed once the server has a certificate, is registered and listens.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 
+// IsReady reports whether Ready is closed.
+func (s *Server) IsReady() bool {
+	select {
+	case <-s.ready:
+		return true
+	default:
+		return false
+	}
+}
+
 // checkInterval is how often the certificates and registrations are re-checked.
 func (s *Server) checkInterval() time.Duration {
 	d := s.opts.CertLifetime / 10
@@ -120,7 +132,11 @@ func (s *Server) Run(ctx context.Context) error {
 		u, _ := url.Parse(s.opts.Endpoint.URL)
 		host = u.Hostname()
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(s.opts.Port)))
+	lc := net.ListenConfig{}
+	if s.opts.ReusePort {
+		lc.Control = reusePort
+	}
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, fmt.Sprint(s.opts.Port)))
 	if err != nil {
 		return fmt.Errorf("webhook listener: %w", err)
 	}

@@ -1,0 +1,247 @@
+// Package app wires the operator's parts into one process: clients, the controller, the webhook
+// server, the metrics and health endpoints, and leader election. main.go only parses flags into
+// a Config and calls Run.
+//
+// Every replica runs the informers, the webhooks and the endpoints; only the leader reconciles.
+// A replica that loses the lease exits at once, so there is never a second writer. On SIGTERM the
+// leader stops taking work, finishes the reconciles in flight (bounded), then releases the lease
+// so another replica takes over without waiting for it to expire.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"example.com/cache-operator/engine"
+	"example.com/cache-operator/engine/webhook"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+// FieldManager is the operator's field manager and user agent stem.
+const FieldManager = "cache-operator"
+
+// LeaseName is the coordination.k8s.io Lease the replicas elect a leader with.
+const LeaseName = "cache-operator"
+
+// Config is everything the process needs; main.go fills it from flags.
+type Config struct {
+	Kubeconfig                                string
+	Templates                                 fs.FS
+	Controller                                engine.Options
+	QPS                                       float32
+	Burst                                     int
+	Namespace                                 string
+	Identity                                  string
+	Webhook                                   webhook.Options
+	MetricsAddr                               string
+	HealthAddr                                string
+	LeaderElect                               bool
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// Run runs the operator until ctx ends (SIGTERM) or it loses the lease.
+func Run(ctx context.Context, cfg Config) error {
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading client configuration: %w", err)
+	}
+	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
+	rc.UserAgent = FieldManager + "/" + cfg.Identity
+	renderer, err := engine.NewRenderer(cfg.Templates)
+	if err != nil {
+		return fmt.Errorf("templates: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
+
+	cfg.Controller.FieldManager = FieldManager
+	ctrl, err := engine.New(dyn, mapper, renderer, recorder, cfg.Controller)
+	if err != nil {
+		return fmt.Errorf("building controller: %w", err)
+	}
+	hooks, err := webhook.New(kube, dyn, ctrl.Annotations, cfg.Webhook)
+	if err != nil {
+		return fmt.Errorf("webhooks: %w", err)
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var synced atomic.Bool
+	serve(ctx, &wg, "metrics", cfg.MetricsAddr, metricsMux())
+	serve(ctx, &wg, "health", cfg.HealthAddr, healthMux(func() error {
+		switch {
+		case !hooks.IsReady():
+			return errors.New("webhooks not serving yet")
+		case !synced.Load():
+			return errors.New("informer caches not synced yet")
+		}
+		return nil
+	}))
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := hooks.Run(ctx); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Webhook server stopped; shutting down")
+			cancel()
+		}
+	}()
+	// The informers read v2, which the conversion webhook serves: start them once it is up.
+	select {
+	case <-hooks.Ready():
+	case <-ctx.Done():
+		return nil
+	}
+	if err := ctrl.Start(ctx); err != nil {
+		return err
+	}
+	synced.Store(true)
+	klog.InfoS("Informer caches synced; ready", "identity", cfg.Identity)
+
+	if !cfg.LeaderElect {
+		ctrl.RunWorkers(ctx)
+		return nil
+	}
+	return runElected(ctx, cfg, kube, ctrl)
+}
+
+// runElected reconciles while this replica holds the lease.
+func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, ctrl *engine.Controller) error {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: LeaseName},
+		Client:     kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
+	}
+	// The elector's context ends only after the workers have drained, so the lease is released
+	// (ReleaseOnCancel) once nothing of ours writes any more.
+	electCtx, stopElecting := context.WithCancel(context.Background())
+	defer stopElecting()
+	var leading atomic.Bool
+	workersDone := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		if leading.Load() {
+			<-workersDone
+		}
+		stopElecting()
+	}()
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, Name: LeaseName, ReleaseOnCancel: true,
+		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leaderCtx context.Context) {
+				leading.Store(true)
+				klog.InfoS("Became the leader; reconciling", "identity", cfg.Identity, "lease", klog.KRef(cfg.Namespace, LeaseName))
+				workCtx, stop := context.WithCancel(ctx)
+				defer stop()
+				go func() {
+					select {
+					case <-leaderCtx.Done():
+						stop()
+					case <-workCtx.Done():
+					}
+				}()
+				ctrl.RunWorkers(workCtx)
+				close(workersDone)
+			},
+			OnStoppedLeading: func() {
+				if ctx.Err() != nil {
+					klog.InfoS("Released the lease", "identity", cfg.Identity)
+					return
+				}
+				if leading.Load() {
+					// Lost the lease without being asked to stop: exit now, before another
+					// replica's writes could meet ours.
+					klog.ErrorS(nil, "Lost the lease; exiting", "identity", cfg.Identity)
+					klog.Flush()
+					os.Exit(1)
+				}
+			},
+			OnNewLeader: func(identity string) {
+				if identity != cfg.Identity {
+					klog.InfoS("Following the leader", "leader", identity)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	le.Run(electCtx)
+	return nil
+}
+
+// serve runs an HTTP server on addr until ctx ends ("" or "0": disabled).
+func serve(ctx context.Context, wg *sync.WaitGroup, name, addr string, h http.Handler) {
+	if addr == "" || addr == "0" {
+		return
+	}
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		klog.InfoS("Serving", "endpoint", name, "address", addr)
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "Server failed", "endpoint", name)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+}
+
+func metricsMux() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(engine.Metrics, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// healthMux serves /healthz (the process answers) and /readyz (ready() returns nil).
+func healthMux(ready func() error) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	return mux
+}

@@ -1,0 +1,171 @@
+package engine
+
+import (
+	"context"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	clientmetrics "k8s.io/client-go/tools/metrics"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Metrics is the operator's Prometheus registry. No metric has a per-object label, so the
+// cardinality stays the same with thousands of caches.
+var Metrics = prometheus.NewRegistry()
+
+var (
+	reconcileDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "cache_operator_reconcile_duration_seconds",
+		Help:    "Time one reconcile of a ManagedCache took, by result (success, error).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	}, []string{"result"})
+	reconcileTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cache_operator_reconcile_total",
+		Help: "Reconciles of ManagedCaches, by result (success, error).",
+	}, []string{"result"})
+	reconcileErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cache_operator_reconcile_errors_total",
+		Help: "Reconciles that failed and were retried with backoff.",
+	})
+	childrenApplied = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cache_operator_children_total",
+		Help: "Children compared with their desired state, by kind and outcome (created, configured, unchanged, failed).",
+	}, []string{"kind", "outcome"})
+)
+
+func init() {
+	Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		reconcileDuration, reconcileTotal, reconcileErrors, childrenApplied)
+	workqueue.SetProvider(queueMetrics)
+	clientmetrics.Register(clientmetrics.RegisterOpts{RequestLatency: requestLatency, RequestResult: requestResult})
+	Metrics.MustRegister(requestLatency.vec, requestResult.vec)
+}
+
+// observeReconcile records one reconcile.
+func observeReconcile(start time.Time, err error) {
+	result := "success"
+	if err != nil {
+		result = "error"
+		reconcileErrors.Inc()
+	}
+	reconcileDuration.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	reconcileTotal.WithLabelValues(result).Inc()
+}
+
+// fleetCollector reports the caches by Ready status from the informer cache at scrape time.
+type fleetCollector struct {
+	c    *Controller
+	desc *prometheus.Desc
+}
+
+func (f fleetCollector) Describe(ch chan<- *prometheus.Desc) { ch <- f.desc }
+
+func (f fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := map[string]float64{"True": 0, "False": 0, "Unknown": 0}
+	for _, obj := range f.c.caches.GetStore().List() {
+		status, _, _ := readyOf(obj.(*unstructured.Unstructured))
+		if status == "" {
+			status = "Unknown"
+		}
+		counts[status]++
+	}
+	for status, n := range counts {
+		ch <- prometheus.MustNewConstMetric(f.desc, prometheus.GaugeValue, n, status)
+	}
+}
+
+var (
+	fleetDesc = prometheus.NewDesc("cache_operator_managedcaches", "ManagedCaches by the status of their Ready condition (True, False, Unknown).", []string{"ready"}, nil)
+	fleetOnce sync.Once
+)
+
+// registerFleet adds the fleet gauge of c (the first controller of the process).
+func registerFleet(c *Controller) {
+	fleetOnce.Do(func() { Metrics.MustRegister(fleetCollector{c: c, desc: fleetDesc}) })
+}
+
+// readyOf returns the Ready condition's status, reason and message.
+func readyOf(mc *unstructured.Unstructured) (string, string, string) {
+	for _, c := range statusOf(mc).Conditions {
+		if c.Type == ConditionReady {
+			return string(c.Status), c.Reason, c.Message
+		}
+	}
+	return "", "", ""
+}
+
+// client-go request metrics, by verb and by code and method (never by URL: it names objects).
+type latencyAdapter struct{ vec *prometheus.HistogramVec }
+
+func (l latencyAdapter) Observe(_ context.Context, verb string, _ url.URL, latency time.Duration) {
+	l.vec.WithLabelValues(verb).Observe(latency.Seconds())
+}
+
+type resultAdapter struct{ vec *prometheus.CounterVec }
+
+func (r resultAdapter) Increment(_ context.Context, code, method, _ string) {
+	r.vec.WithLabelValues(code, method).Inc()
+}
+
+var (
+	requestLatency = latencyAdapter{prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "rest_client_request_duration_seconds", Help: "API request latency, by verb.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+	}, []string{"verb"})}
+	requestResult = resultAdapter{prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rest_client_requests_total", Help: "API requests, by HTTP status code and method.",
+	}, []string{"code", "method"})}
+)
+
+// queueMetricsProvider exports client-go's workqueue metrics, labelled by queue name.
+type queueMetricsProvider struct {
+	adds, retries              *prometheus.CounterVec
+	depthGauge                 *prometheus.GaugeVec
+	latency, workDuration      *prometheus.HistogramVec
+	unfinished, longestRunning *prometheus.GaugeVec
+}
+
+var queueMetrics = func() *queueMetricsProvider {
+	buckets := prometheus.ExponentialBuckets(1e-6, 10, 10)
+	p := &queueMetricsProvider{
+		depthGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "workqueue_depth", Help: "Current depth of the workqueue."}, []string{"name"}),
+		adds:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "workqueue_adds_total", Help: "Adds handled by the workqueue."}, []string{"name"}),
+		retries:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "workqueue_retries_total", Help: "Retries handled by the workqueue."}, []string{"name"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "workqueue_queue_duration_seconds",
+			Help: "Seconds an item waits in the workqueue before being processed.", Buckets: buckets}, []string{"name"}),
+		workDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "workqueue_work_duration_seconds",
+			Help: "Seconds processing an item takes.", Buckets: buckets}, []string{"name"}),
+		unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "workqueue_unfinished_work_seconds",
+			Help: "Seconds of work in progress not yet observed by work_duration."}, []string{"name"}),
+		longestRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "workqueue_longest_running_processor_seconds",
+			Help: "Seconds the longest running processor has been running."}, []string{"name"}),
+	}
+	Metrics.MustRegister(p.depthGauge, p.adds, p.retries, p.latency, p.workDuration, p.unfinished, p.longestRunning)
+	return p
+}()
+
+func (p *queueMetricsProvider) NewDepthMetric(n string) workqueue.GaugeMetric {
+	return p.depthGauge.WithLabelValues(n)
+}
+func (p *queueMetricsProvider) NewAddsMetric(n string) workqueue.CounterMetric {
+	return p.adds.WithLabelValues(n)
+}
+func (p *queueMetricsProvider) NewLatencyMetric(n string) workqueue.HistogramMetric {
+	return p.latency.WithLabelValues(n)
+}
+func (p *queueMetricsProvider) NewWorkDurationMetric(n string) workqueue.HistogramMetric {
+	return p.workDuration.WithLabelValues(n)
+}
+func (p *queueMetricsProvider) NewUnfinishedWorkSecondsMetric(n string) workqueue.SettableGaugeMetric {
+	return p.unfinished.WithLabelValues(n)
+}
+func (p *queueMetricsProvider) NewLongestRunningProcessorSecondsMetric(n string) workqueue.SettableGaugeMetric {
+	return p.longestRunning.WithLabelValues(n)
+}
+func (p *queueMetricsProvider) NewRetriesMetric(n string) workqueue.CounterMetric {
+	return p.retries.WithLabelValues(n)
+}
