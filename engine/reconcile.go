@@ -173,6 +173,21 @@ func (c *Controller) createSecret(ctx context.Context, mc, want *unstructured.Un
 	if own, why := ownershipOf(live, mc.GetName(), mc.GetUID()); own == ownedByOther {
 		return nil, Failed, errNotOurs{why + "; not adopting it"}
 	}
+	if live.GetLabels()[LabelManagedBy] != ManagedByValue {
+		// Ours, but someone removed the label the Secret informer selects on, so the cache will
+		// never show it: restore it, keeping the password it holds.
+		if pw, found, _ := unstructured.NestedString(live.Object, "data", PasswordKey); found && pw != "" {
+			if err := unstructured.SetNestedField(want.Object, pw, "data", PasswordKey); err != nil {
+				return nil, Failed, fmt.Errorf("%s: %w", objectID(want), err)
+			}
+		}
+		out, err := c.applier.Apply(ctx, want, live)
+		if err != nil {
+			return nil, Failed, err
+		}
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Updated", "Restored the labels of %s", objectID(want))
+		return out, Configured, nil
+	}
 	return nil, Failed, fmt.Errorf("%s: %w", objectID(want), errStaleCache)
 }
 

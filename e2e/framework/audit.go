@@ -35,7 +35,12 @@ type AuditEvent struct {
 func (c *Cluster) AuditLogPath() string { return filepath.Join(c.Dir, "audit.log") }
 
 // AuditEvents reads every completed request (stage ResponseComplete) from the audit log.
-func (c *Cluster) AuditEvents() ([]AuditEvent, error) {
+func (c *Cluster) AuditEvents() ([]AuditEvent, error) { return c.auditEvents(false) }
+
+// AuditEventsAnyStage also returns requests still running (a watch logs ResponseStarted).
+func (c *Cluster) AuditEventsAnyStage() ([]AuditEvent, error) { return c.auditEvents(true) }
+
+func (c *Cluster) auditEvents(anyStage bool) ([]AuditEvent, error) {
 	f, err := os.Open(c.AuditLogPath())
 	if err != nil {
 		return nil, err
@@ -50,7 +55,7 @@ func (c *Cluster) AuditEvents() ([]AuditEvent, error) {
 			// The API server may be writing the last line right now.
 			continue
 		}
-		if ev.Stage == "ResponseComplete" {
+		if anyStage || ev.Stage == "ResponseComplete" {
 			events = append(events, ev)
 		}
 	}

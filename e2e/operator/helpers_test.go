@@ -78,7 +78,7 @@ type operator struct {
 func startOperator(t *testing.T, c *framework.Cluster, args ...string) *operator {
 	t.Helper()
 	logPath := filepath.Join(c.Dir, fmt.Sprintf("operator-%s-%d.log", strings.ReplaceAll(t.Name(), "/", "_"), operatorSeq.Add(1)))
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}

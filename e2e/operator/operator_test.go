@@ -159,6 +159,21 @@ func TestCacheLifecycle(t *testing.T) {
 		if got := password(t, c, ns, "sessions"); got != pw {
 			t.Fatal("the password changed when the StatefulSet was recreated")
 		}
+		// The Secret informer selects on the managed-by label: removing it hides the Secret from
+		// the cache, and the operator must still find it, restore the label and keep the password.
+		if _, err := c.Kubectl(ctx, "label", "secret", "sessions-auth", "-n", ns, "app.kubernetes.io/managed-by-"); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 30*time.Second, "the Secret's managed-by label to be restored", func() (bool, string, error) {
+			s, err := getChild(c, "Secret", ns, "sessions")
+			if err != nil {
+				return false, "", err
+			}
+			return s.GetLabels()["app.kubernetes.io/managed-by"] == "cache-operator", fmt.Sprint(s.GetLabels()), nil
+		})
+		if got := password(t, c, ns, "sessions"); got != pw {
+			t.Fatal("the password changed when the Secret's label was restored")
+		}
 
 		// A field we own is reverted; a field we do not own is kept.
 		sts := children["StatefulSet"]
