@@ -25,7 +25,8 @@ func TestManifestsDryRun(t *testing.T) {
 	}
 	for _, want := range []string{
 		"deployment.apps/cache-operator", "clusterrole.rbac.authorization.k8s.io/cache-operator", "serviceaccount/cache-operator",
-		"role.rbac.authorization.k8s.io/cache-operator-webhook-tls", "service/cache-operator-webhook",
+		"role.rbac.authorization.k8s.io/cache-operator-namespaced", "service/cache-operator-webhook", "service/cache-operator-metrics",
+		"poddisruptionbudget.policy/cache-operator",
 		"customresourcedefinition.apiextensions.k8s.io/managedcaches.cache.example.com",
 	} {
 		if !strings.Contains(out, want) {
