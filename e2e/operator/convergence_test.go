@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -26,6 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 )
 
 // TestCrashConvergence creates 20 caches at once and kills the operator with SIGKILL at several
@@ -138,6 +141,15 @@ func TestNoOpReconcileMakesNoRequests(t *testing.T) {
 	c := framework.Setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	ns := c.Namespace(t, "noop")
+
+	// The in-process controller's log goes to a file, like the operator processes' logs.
+	logFile, err := os.Create(filepath.Join(c.Dir, "operator-inprocess.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	klog.LogToStderr(false)
+	klog.SetOutput(logFile)
+	t.Cleanup(func() { klog.Flush(); klog.LogToStderr(true); logFile.Close() })
 
 	counter := &countingTransport{}
 	cfg := rest.CopyConfig(c.Config)
