@@ -16,18 +16,11 @@ import (
 
 	"example.com/cache-operator/e2e/framework"
 	"example.com/cache-operator/engine"
+	"example.com/cache-operator/engine/app"
 	"example.com/cache-operator/engine/webhook"
 	"example.com/cache-operator/templates"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 )
 
@@ -151,39 +144,35 @@ func TestNoOpReconcileMakesNoRequests(t *testing.T) {
 	klog.SetOutput(logFile)
 	t.Cleanup(func() { klog.Flush(); klog.LogToStderr(true); logFile.Close() })
 
+	// The operator's own wiring (engine/app) with a client that counts every request it sends.
 	counter := &countingTransport{}
-	cfg := rest.CopyConfig(c.Config)
-	cfg.UserAgent = "cache-operator-inprocess"
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
-	dyn := dynamic.NewForConfigOrDie(cfg)
-	kube := kubernetes.NewForConfigOrDie(cfg)
-	renderer, err := engine.NewRenderer(templates.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	broadcaster := record.NewBroadcaster()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "cache-operator-inprocess"})
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
-	ctrl, err := engine.New(dyn, mapper, renderer, recorder, engine.Options{Images: engine.DefaultImageRepositories(), Workers: 2, FieldManager: "cache-operator"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The webhooks (the informer reads v2 through the conversion webhook) use their own,
-	// uncounted clients: their periodic certificate checks are not reconciles.
-	hooks, err := webhook.New(c.Kube, c.Dynamic, ctrl.Annotations, webhook.Options{
-		Port: 9444, Endpoint: webhook.Endpoint{URL: "https://127.0.0.1:9444"}, Namespace: "cache-operator-system",
-		SecretName: "cache-operator-webhook-tls", CertLifetime: 365 * 24 * time.Hour,
+	rc := rest.CopyConfig(c.Config)
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	started := make(chan *engine.Controller, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- app.Run(ctx, app.Config{
+			RESTConfig: rc, OnStarted: func(c *engine.Controller) { started <- c },
+			Templates: templates.FS, QPS: 200, Burst: 400, Namespace: "cache-operator-system", Identity: "inprocess",
+			Controller: engine.Options{Images: engine.DefaultImageRepositories(), Workers: 2},
+			Webhook: webhook.Options{Port: 9444, Endpoint: webhook.Endpoint{URL: "https://127.0.0.1:9444"}, Namespace: "cache-operator-system",
+				SecretName: "cache-operator-webhook-tls", CertLifetime: 365 * 24 * time.Hour},
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("in-process operator: %v", err)
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
+	var ctrl *engine.Controller
+	select {
+	case ctrl = <-started:
+	case err := <-done:
+		t.Fatalf("in-process operator stopped: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the in-process operator did not sync its caches within a minute")
 	}
-	hooksDone := make(chan struct{})
-	go func() { _ = hooks.Run(ctx); close(hooksDone) }()
-	<-hooks.Ready()
-	done := make(chan struct{})
-	go func() { _ = ctrl.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; <-hooksDone; broadcaster.Shutdown() })
 	deleteCachesOnCleanup(t, c, ns)
 
 	createCache(t, c, ns, "quiet", map[string]interface{}{"version": "7.4", "size": int64(3)})

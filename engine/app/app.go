@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
@@ -45,26 +46,40 @@ const LeaseName = "cache-operator"
 
 // Config is everything the process needs; main.go fills it from flags.
 type Config struct {
-	Kubeconfig                                string
-	Templates                                 fs.FS
-	Controller                                engine.Options
-	QPS                                       float32
-	Burst                                     int
-	Namespace                                 string
-	Identity                                  string
-	Webhook                                   webhook.Options
-	MetricsAddr                               string
-	HealthAddr                                string
+	// Kubeconfig is the kubeconfig path ("": in-cluster configuration).
+	Kubeconfig string
+	// RESTConfig, when set, is used instead of Kubeconfig (tests wrap its transport).
+	RESTConfig *rest.Config
+	// OnStarted, when set, is called with the controller once its caches have synced.
+	OnStarted func(*engine.Controller)
+	// Templates are the children's templates.
+	Templates fs.FS
+	// Controller tunes the controller (FieldManager is set by Run).
+	Controller engine.Options
+	// QPS and Burst are the client-side rate limit.
+	QPS   float32
+	Burst int
+	// Namespace is the operator's namespace (Lease, webhook Secret); Identity names this replica.
+	Namespace, Identity string
+	// Webhook configures the webhook server.
+	Webhook webhook.Options
+	// MetricsAddr and HealthAddr are the listen addresses of /metrics and of the probes ("": off).
+	MetricsAddr, HealthAddr string
+	// LeaderElect turns on leader election with these timings.
 	LeaderElect                               bool
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
 // Run runs the operator until ctx ends (SIGTERM) or it loses the lease.
 func Run(ctx context.Context, cfg Config) error {
-	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-	if err != nil {
-		return fmt.Errorf("loading client configuration: %w", err)
+	rc := cfg.RESTConfig
+	if rc == nil {
+		var err error
+		if rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig); err != nil {
+			return fmt.Errorf("loading client configuration: %w", err)
+		}
 	}
+	rc = rest.CopyConfig(rc)
 	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
 	rc.UserAgent = FieldManager + "/" + cfg.Identity
 	renderer, err := engine.NewRenderer(cfg.Templates)
@@ -129,6 +144,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	synced.Store(true)
 	klog.InfoS("Informer caches synced; ready", "identity", cfg.Identity)
+	if cfg.OnStarted != nil {
+		cfg.OnStarted(ctrl)
+	}
 
 	if !cfg.LeaderElect {
 		ctrl.RunWorkers(ctx)
