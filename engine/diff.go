@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"example.com/cache-operator/engine/internal/jsonvalue"
 	"fmt"
 	"reflect"
 	"sort"
@@ -249,8 +250,8 @@ func equalScalar(a, b interface{}) bool {
 	if reflect.DeepEqual(a, b) {
 		return true
 	}
-	if fa, ok := number(a); ok {
-		fb, ok := number(b)
+	if fa, ok := jsonvalue.Number(a); ok {
+		fb, ok := jsonvalue.Number(b)
 		return ok && fa == fb
 	}
 	sa, okA := a.(string)
@@ -261,20 +262,6 @@ func equalScalar(a, b interface{}) bool {
 		return errA == nil && errB == nil && qa.Cmp(qb) == 0
 	}
 	return false
-}
-
-func number(v interface{}) (float64, bool) {
-	switch n := v.(type) {
-	case int64:
-		return float64(n), true
-	case int:
-		return float64(n), true
-	case int32:
-		return float64(n), true
-	case float64:
-		return n, true
-	}
-	return 0, false
 }
 
 func pathOr(p string) string {

@@ -13,6 +13,7 @@ package conversion
 import (
 	"bytes"
 	"encoding/json"
+	"example.com/cache-operator/engine/internal/jsonvalue"
 	"fmt"
 	"math"
 	"reflect"
@@ -185,29 +186,12 @@ func merge(dst, extra map[string]interface{}) {
 
 // equalJSON compares two JSON values, numbers by value whatever their Go type.
 func equalJSON(a, b interface{}) bool {
-	na, okA := number(a)
-	nb, okB := number(b)
+	na, okA := jsonvalue.Number(a)
+	nb, okB := jsonvalue.Number(b)
 	if okA || okB {
 		return okA && okB && na == nb
 	}
 	return reflect.DeepEqual(a, b)
-}
-
-func number(v interface{}) (float64, bool) {
-	switch n := v.(type) {
-	case int64:
-		return float64(n), true
-	case int:
-		return float64(n), true
-	case int32:
-		return float64(n), true
-	case float64:
-		return n, true
-	case json.Number:
-		f, err := n.Float64()
-		return f, err == nil
-	}
-	return 0, false
 }
 
 func deepCopy(m map[string]interface{}) map[string]interface{} {
