@@ -107,13 +107,35 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-// Namespace creates a namespace with a random suffix and deletes it when the test ends.
+// Placement annotations of a namespace whose pods run on the KWOK nodes (see
+// hack/cluster/kwok-namespace.yaml): the API server's PodNodeSelector and PodTolerationRestriction
+// admission plugins add the node selector and the toleration of the KWOK taint to every pod.
+var kwokPlacement = map[string]string{
+	"scheduler.alpha.kubernetes.io/node-selector":      "type=kwok",
+	"scheduler.alpha.kubernetes.io/defaultTolerations": `[{"key":"kwok.x-k8s.io/node","operator":"Equal","value":"fake","effect":"NoSchedule"}]`,
+}
+
+// Namespace creates a namespace whose pods run on the KWOK nodes (simulated, Ready at once), with a
+// random suffix, and deletes it when the test ends. Tests of the control plane use it; anything
+// about Redis itself needs RealNamespace.
 func (c *Cluster) Namespace(t testing.TB, prefix string) string {
+	t.Helper()
+	return c.namespace(t, prefix, kwokPlacement)
+}
+
+// RealNamespace creates a namespace whose pods run on the real nodes (hack/node: processes under
+// runc), with a random suffix, and deletes it when the test ends.
+func (c *Cluster) RealNamespace(t testing.TB, prefix string) string {
+	t.Helper()
+	return c.namespace(t, prefix, nil)
+}
+
+func (c *Cluster) namespace(t testing.TB, prefix string, annotations map[string]string) string {
 	t.Helper()
 	name := prefix + "-" + rand.String(5)
 	ctx := context.Background()
-	_, err := c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}}
+	if _, err := c.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating namespace %s: %v", name, err)
 	}
 	t.Cleanup(func() {

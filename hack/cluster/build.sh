@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the local control plane into bin/cluster/: etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl (Kubernetes v1.37), kwok and kwokctl (KWOK v0.8.0) and the local storage
-# provisioner. Versions are pinned by the go.mod files in hack/cluster/ and hack/cluster/kwok/.
+# kube-scheduler, kube-proxy, kubectl (Kubernetes v1.37), kwok and kwokctl (KWOK v0.8.0), CoreDNS,
+# the local storage provisioner and the real nodes' agent (hack/node). Versions are pinned by the
+# go.mod files in hack/cluster/, hack/cluster/kwok/, hack/cluster/coredns/ and hack/node/.
 # A binary is rebuilt only when it is missing or when the go.mod/go.sum (or source) that pins it
 # changed: a stamp file records the hash of those inputs.
 set -euo pipefail
@@ -66,8 +67,11 @@ build "$here" etcd go.etcd.io/etcd/server/v3
 build "$here" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ver"
 build "$here" kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$ver"
 build "$here" kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$ver"
+build "$here" kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$ver"
 build "$here" kubectl k8s.io/kubernetes/cmd/kubectl "$ver"
 build "$here/kwok" kwok sigs.k8s.io/kwok/cmd/kwok
 build "$here/kwok" kwokctl sigs.k8s.io/kwok/cmd/kwokctl
 build "$here/provisioner" local-provisioner .
+build "$here/coredns" coredns .
+build "$here/../node" node-agent .
 echo "cluster-bin: all binaries ready in $out ($((SECONDS - total))s)"

@@ -1,17 +1,35 @@
 #!/usr/bin/env bash
 # The local development cluster "cache-dev": real etcd, kube-apiserver, kube-controller-manager and
-# kube-scheduler run as local processes by kwokctl (binary runtime); KWOK simulates three nodes and
-# their pods; bin/cluster/local-provisioner binds PersistentVolumeClaims.
+# kube-scheduler run as local processes by kwokctl (binary runtime). Two kinds of nodes:
+#   - real-{a,b,c} (label cache.example.com/node=real): bin/cluster/node-agent, whose pods run as
+#     Linux processes under runc, each in its own network namespace on the cluster's bridge;
+#   - kwok-node-{a,b,c} (taint kwok.x-k8s.io/node=fake:NoSchedule): KWOK simulates their pods, for
+#     scale tests and benchmarks. A namespace annotated as in hack/cluster/kwok-namespace.yaml runs
+#     its pods there.
+# bin/cluster/local-provisioner binds PersistentVolumeClaims to folders under .cluster/volumes/.
 #
-#   cluster.sh up     create the cluster, or start whatever part of it is not running (idempotent)
-#   cluster.sh down   stop every process it started and delete the cluster's files
+#   cluster.sh up                create the cluster, or start whatever part of it is not running
+#   cluster.sh down              stop every process it started and delete everything it made
+#   cluster.sh stop-node NODE    kill a real node's agent and all its pods' processes (a node failure)
+#   cluster.sh start-node NODE   start a stopped real node again
+#
+# Network (all of it on this machine, from 198.18.0.0/15, RFC 2544's benchmarking range). Cluster
+# index k (CLUSTER_NET_INDEX; cache-dev 0, cache-test 1) picks a disjoint half, so both clusters run
+# side by side:
+#   198.18.(128k).0/17      pod network: bridge br0 at .1 (the pods' gateway and CoreDNS)
+#   198.18.(128k+1+i).0/24  podCIDR of real node i
+#   198.19.(128k).0/18      Service ClusterIPs (kube-proxy, iptables mode)
+#   198.19.(128k+127).0/30  link between this machine (.1, the API server's advertise address) and
+#                           the cluster's network namespace <name>-net (.2), which holds the bridge,
+#                           kube-proxy's rules and CoreDNS, and has no route off the machine.
 #
 # Files (all under .cluster/, git-ignored):
 #   .cluster/kubeconfig        admin kubeconfig (the user's ~/.kube/config is never touched)
 #   .cluster/audit.log         API audit log: every mutating request with user and user agent
 #   .cluster/kwok/             kwokctl's workdir (component logs under clusters/cache-dev/logs/)
 #   .cluster/volumes/          folders behind the provisioned PersistentVolumes
-#   .cluster/provisioner.pid   PID of the provisioner; its log is .cluster/provisioner.log
+#   .cluster/nodes/<node>/     a real node's state (pods, logs, runc); its log is .cluster/<node>.log
+#   .cluster/*.pid, *.log      PIDs and logs of the provisioner, kube-proxy, CoreDNS and node agents
 #
 # Environment:
 #   CLUSTER_NAME, CLUSTER_DIR  another cluster beside the development one (make test uses
@@ -19,6 +37,7 @@
 #   DISABLE_QPS_LIMITS=1  create the cluster with the client rate limits of kube-controller-manager
 #                         and kube-scheduler lifted (for benchmarks); takes effect on creation, so
 #                         run `make cluster-down` first to switch an existing cluster.
+#   REAL_NODES=0          no real nodes (KWOK only)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,31 +51,125 @@ kubectl=("$bin/kubectl" --kubeconfig "$kubeconfig" --cache-dir "$state/kubectl-c
 
 log() { echo "cluster: $*"; }
 
-# pid_alive FILE: the PID in FILE names a running process.
-pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# --- the cluster's network -------------------------------------------------------------------
+case $name in cache-dev) def_index=0 ;; cache-test) def_index=1 ;; *) def_index=0 ;; esac
+net_index=${CLUSTER_NET_INDEX:-$def_index}
+[[ $net_index == 0 || $net_index == 1 ]] || { log "CLUSTER_NET_INDEX must be 0 or 1"; exit 2; }
+base=$((net_index * 128))
+pod_net=198.18.$base.0/17
+gateway=198.18.$base.1
+svc_net=198.19.$base.0/18
+link_host=198.19.$((base + 127)).1 # this machine's end: the API server's advertise address
+link_peer=198.19.$((base + 127)).2
+netns=$name-net
+host_veth=cachenet$net_index
+real_nodes=(a b c)
+pki=$KWOK_WORKDIR/clusters/$name/pki
 
-wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
-	local deadline=$((SECONDS + $1)) what=$2
-	shift 2
-	until "$@" >/dev/null 2>&1; do
-		if ((SECONDS >= deadline)); then
-			log "timed out after $1s waiting for $what"
-			return 1
-		fi
-		sleep 1
+net_up() {
+	if ! ip netns list | grep -qx "$netns\( .*\)\?"; then
+		log "creating network namespace $netns (bridge br0 $gateway, pods $pod_net, services $svc_net)"
+		ip netns add "$netns"
+	fi
+	ip -n "$netns" link set lo up
+	if ! ip -n "$netns" link show br0 >/dev/null 2>&1; then
+		ip -n "$netns" link add br0 type bridge
+		ip -n "$netns" addr add "$gateway/17" dev br0
+	fi
+	ip -n "$netns" link set br0 up
+	if ! ip link show "$host_veth" >/dev/null 2>&1; then
+		ip link add "$host_veth" type veth peer name uplink netns "$netns"
+		ip addr add "$link_host/30" dev "$host_veth"
+		ip -n "$netns" addr add "$link_peer/30" dev uplink
+	fi
+	ip link set "$host_veth" up
+	ip -n "$netns" link set uplink up
+	ip netns exec "$netns" sysctl -qw net.ipv4.ip_forward=1
+	ip route replace "$pod_net" via "$link_peer"
+	ip route replace "$svc_net" via "$link_peer"
+}
+
+net_down() {
+	local ns
+	for ns in $(ip netns list | awk '{print $1}' | grep "^$netns-p-" || true); do
+		ip netns del "$ns" 2>/dev/null || true
 	done
+	ip link del "$host_veth" 2>/dev/null || true
+	ip netns del "$netns" 2>/dev/null || true
+}
+
+# kwokctl's configuration: API server flags for the network, the real nodes' kubelet API and
+# placement; node failure detected in about 25 s (kwokctl's default heartbeat factor makes it 200 s).
+write_kwokctl_config() {
+	cat >"$state/kwokctl.yaml" <<YAML
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+options:
+  heartbeatFactor: 1
+  kubeControllerManagerNodeMonitorPeriodMilliseconds: 2000
+  kubeControllerManagerNodeMonitorGracePeriodMilliseconds: 25000
+  kubeApiserverCertSANs: ["$link_host", "198.19.$base.1", "localhost", "127.0.0.1"]
+componentsPatches:
+- name: kube-apiserver
+  extraArgs:
+  - {key: service-cluster-ip-range, value: "$svc_net"}
+  - {key: advertise-address, value: "$link_host"}
+  - {key: kubelet-client-certificate, value: "$pki/admin.crt"}
+  - {key: kubelet-client-key, value: "$pki/admin.key"}
+  - {key: enable-admission-plugins, value: "PodNodeSelector,PodTolerationRestriction"}
+YAML
+}
+
+start_bg() { # start_bg NAME COMMAND...: start a process in the background unless it runs
+	local what=$1
+	shift
+	if pid_alive "$state/$what.pid"; then return; fi
+	log "starting $what"
+	nohup "$@" >>"$state/$what.log" 2>&1 &
+	echo $! >"$state/$what.pid"
+}
+
+node_index() { local i; for i in "${!real_nodes[@]}"; do [[ real-${real_nodes[$i]} == "$1" ]] && echo "$i"; done; }
+
+start_node() { # start_node real-a
+	local node=$1 i zone
+	i=$(node_index "$node")
+	[[ -n $i ]] || { log "no real node $node (real-a, real-b, real-c)"; return 1; }
+	zone=${real_nodes[$i]}
+	start_bg "$node" "$bin/node-agent" --kubeconfig "$kubeconfig" --node-name "$node" --zone "$zone" \
+		--pod-cidr "198.18.$((base + 1 + i)).0/24" --pod-network "$pod_net" --gateway "$gateway" \
+		--cluster-netns "$netns" --cluster-dns "$gateway" --state-dir "$state/nodes/$node" \
+		--images "$here/../node/images.yaml" --listen "127.0.0.1:$((10250 + 10 * net_index + i))" \
+		--client-ca "$pki/ca.crt" --cgroup-parent "/cache-nodes/$name/$node"
+}
+
+# stop_node NODE: what a node failure does: the agent dies, and every process of its pods with it.
+stop_node() {
+	local node=$1 dir=$state/nodes/$1 id
+	if pid_alive "$state/$node.pid"; then
+		kill -9 "$(cat "$state/$node.pid")" 2>/dev/null || true
+	fi
+	rm -f "$state/$node.pid"
+	if [[ -d $dir/runc ]]; then
+		for id in $(runc --root "$dir/runc" list -q 2>/dev/null); do
+			runc --root "$dir/runc" kill "$id" KILL 2>/dev/null || true
+		done
+	fi
+	log "stopped node $node (agent and pods killed)"
 }
 
 up() {
-	for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl local-provisioner; do
+	for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl local-provisioner kube-proxy coredns node-agent; do
 		[[ -x $bin/$b ]] || { log "missing $bin/$b: run 'make cluster-bin'"; exit 1; }
 	done
 	mkdir -p "$state"
 	local start=$SECONDS
-	local -a extra=(--extra-args "kube-apiserver=service-cluster-ip-range=10.96.0.0/16")
+	net_up
+	write_kwokctl_config
+	local -a extra=()
 	[[ ${DISABLE_QPS_LIMITS:-} == 1 ]] && extra+=(--disable-qps-limits)
 	log "starting cluster $name (kwokctl, binary runtime) ..."
-	"$bin/kwokctl" create cluster --name "$name" --runtime binary \
+	"$bin/kwokctl" --config "$state/kwokctl.yaml" create cluster --name "$name" --runtime binary \
 		--kubeconfig "$kubeconfig" \
 		--etcd-binary "$bin/etcd" \
 		--kube-apiserver-binary "$bin/kube-apiserver" \
@@ -69,15 +182,40 @@ up() {
 	wait_for 60 "the API server" "${kubectl[@]}" get --raw /readyz
 
 	"${kubectl[@]}" apply -f "$here/nodes.yaml" -f "$here/storageclass.yaml" >/dev/null
-	if ! pid_alive "$state/provisioner.pid"; then
-		log "starting the storage provisioner"
-		nohup "$bin/local-provisioner" --kubeconfig "$kubeconfig" --root "$state/volumes" \
-			>>"$state/provisioner.log" 2>&1 &
-		echo $! >"$state/provisioner.pid"
+	start_bg provisioner "$bin/local-provisioner" --kubeconfig "$kubeconfig" --root "$state/volumes"
+
+	if [[ ${REAL_NODES:-1} == 1 ]]; then
+		# Components inside the cluster's namespace reach the API server over the link.
+		sed "s#server: https://[^:]*:#server: https://$link_host:#" "$kubeconfig" >"$state/kubeconfig-netns"
+		start_bg kube-proxy ip netns exec "$netns" "$bin/kube-proxy" --kubeconfig "$state/kubeconfig-netns" \
+			--proxy-mode iptables --cluster-cidr "$pod_net" --hostname-override real-a --masquerade-all \
+			--conntrack-max-per-core 0 --conntrack-tcp-timeout-established 0 --conntrack-tcp-timeout-close-wait 0 \
+			--metrics-bind-address 127.0.0.1:10249 --healthz-bind-address 127.0.0.1:10256 --v 1
+		cat >"$state/Corefile" <<COREFILE
+cluster.local:53 in-addr.arpa:53 {
+    bind $gateway
+    errors
+    cache 30
+    kubernetes cluster.local in-addr.arpa {
+        kubeconfig $state/kubeconfig-netns
+        pods verified
+    }
+}
+.:53 {
+    bind $gateway
+    errors
+    template ANY ANY {
+        rcode NXDOMAIN
+    }
+}
+COREFILE
+		start_bg coredns ip netns exec "$netns" "$bin/coredns" -conf "$state/Corefile"
+		local n
+		for n in "${real_nodes[@]}"; do start_node "real-$n"; done
 	fi
-	"${kubectl[@]}" wait --for=condition=Ready node --all --timeout=60s >/dev/null
+	"${kubectl[@]}" wait --for=condition=Ready node --all --timeout=90s >/dev/null
 	wait_for 60 "the default ServiceAccount" "${kubectl[@]}" get serviceaccount default -n default
-	log "ready in $((SECONDS - start))s"
+	log "ready in $((SECONDS - start))s: $("${kubectl[@]}" get nodes --no-headers | wc -l) nodes"
 	cat <<MSG
 cluster: to use it:  export KUBECONFIG=$kubeconfig
 cluster: audit log:  $state/audit.log     stop and delete: make cluster-down
@@ -85,11 +223,23 @@ MSG
 }
 
 down() {
+	local f node
+	# Real nodes first: their agents stop their pods' processes.
+	for f in "$state"/real-*.pid; do
+		[[ -f $f ]] || continue
+		node=$(basename "$f" .pid)
+		if pid_alive "$f"; then kill "$(cat "$f")" 2>/dev/null || true; fi
+	done
+	for f in "$state"/real-*.pid; do
+		[[ -f $f ]] || continue
+		local deadline=$((SECONDS + 20))
+		while pid_alive "$f" && ((SECONDS < deadline)); do sleep 0.2; done
+		stop_node "$(basename "$f" .pid)" >/dev/null
+	done
 	if [[ -x $bin/kwokctl && -d $KWOK_WORKDIR/clusters/$name ]]; then
 		log "deleting cluster $name"
 		"$bin/kwokctl" delete cluster --name "$name" --kubeconfig "$kubeconfig" || true
 	fi
-	local f
 	for f in "$state"/*.pid; do
 		[[ -f $f ]] || continue
 		if pid_alive "$f"; then
@@ -100,14 +250,34 @@ down() {
 			pid_alive "$f" && kill -9 "$(cat "$f")" 2>/dev/null || true
 		fi
 	done
+	# Containers of a node whose agent was already gone.
+	for f in "$state"/nodes/*/runc; do
+		[[ -d $f ]] || continue
+		local id
+		for id in $(runc --root "$f" list -q 2>/dev/null); do
+			runc --root "$f" kill "$id" KILL 2>/dev/null || true
+			runc --root "$f" delete --force "$id" 2>/dev/null || true
+		done
+	done
 	# kwokctl stops its components by PID; a process of this cluster (its command line names the
 	# cluster's folder) still running is a leak: report and end it.
 	local left
-	left=$(pgrep -f "^($bin/|$state/kwok/)[^ ]+ .*$state/" || true)
+	left=$(pgrep -f "^($bin/|$state/kwok/|ip netns exec $netns )[^ ]+ .*$state/" || true)
 	if [[ -n $left ]]; then
 		log "ending leftover processes: $left"
 		kill -9 $left 2>/dev/null || true
 	fi
+	# Mounts (memory-backed emptyDirs) under the state folder, deepest first.
+	if [[ -d $state ]]; then
+		awk -v s="$state/" 'index($5, s) == 1 {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
+			umount -l "$m" 2>/dev/null || true
+		done
+	fi
+	net_down
+	local cg
+	for cg in /sys/fs/cgroup/*/cache-nodes/"$name" /sys/fs/cgroup/unified/cache-nodes/"$name"; do
+		[[ -d $cg ]] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
+	done
 	rm -rf "$state"
 	log "down"
 }
@@ -115,5 +285,7 @@ down() {
 case ${1:-} in
 up) up ;;
 down) down ;;
-*) echo "usage: $0 up|down" >&2; exit 2 ;;
+stop-node) stop_node "${2:?node name}" ;;
+start-node) start_node "${2:?node name}" ;;
+*) echo "usage: $0 up|down|stop-node NODE|start-node NODE" >&2; exit 2 ;;
 esac

@@ -1,0 +1,3 @@
+module example.com/cache-operator/hack/cluster/coredns
+
+go 1.26.0

@@ -1,0 +1,506 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+)
+
+const (
+	initialBackoff = 10 * time.Second
+	maxBackoff     = 5 * time.Minute
+	// backoffReset: a container that ran this long without failing restarts without delay.
+	backoffReset = 10 * time.Minute
+)
+
+// containerState is one container of a pod across its restarts. Fields are guarded by the pod's mu.
+type containerState struct {
+	spec         *corev1.Container
+	init         bool
+	restartCount int32
+	state        corev1.ContainerState
+	lastState    corev1.ContainerState
+	ready        bool
+	started      bool
+	everStarted  bool
+	willRestart  bool
+	imageID      string
+
+	// The attempt running now (nil between attempts).
+	cur *attempt
+	// exited is closed (and replaced) around each attempt; waitExited waits for the last one.
+	idle chan struct{}
+}
+
+// attempt is one run of a container under runc.
+type attempt struct {
+	id       string // runc container ID, also the containerID "runc://<id>"
+	number   int32  // the restart count when it started; names its log file
+	logPath  string
+	done     chan struct{}
+	exitCode int
+	killMsg  string // why the node stopped it (liveness, deletion)
+	stopOnce sync.Once
+}
+
+func newContainerState(c *corev1.Container, init bool) *containerState {
+	idle := make(chan struct{})
+	close(idle)
+	return &containerState{
+		spec: c, init: init, idle: idle,
+		state: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}},
+	}
+}
+
+func (c *containerState) waitExited() { <-c.idle }
+
+// statusLocked is the container's status. Call with the pod's mu held.
+func (c *containerState) statusLocked() corev1.ContainerStatus {
+	started := c.started
+	cs := corev1.ContainerStatus{
+		Name:         c.spec.Name,
+		Image:        c.spec.Image,
+		ImageID:      c.imageID,
+		State:        *c.state.DeepCopy(),
+		LastTerminationState: *c.lastState.DeepCopy(),
+		Ready:        c.ready,
+		RestartCount: c.restartCount,
+		Started:      &started,
+	}
+	if c.cur != nil {
+		cs.ContainerID = "runc://" + c.cur.id
+	} else if c.state.Terminated != nil {
+		cs.ContainerID = c.state.Terminated.ContainerID
+	}
+	return cs
+}
+
+// runInit runs an init container to completion, restarting it on failure unless the pod's
+// restartPolicy is Never. It reports whether the pod may go on.
+func (r *podRuntime) runInit(c *containerState) bool {
+	backoff := time.Duration(0)
+	for {
+		exit, ok := r.runOnce(c)
+		if !ok {
+			return false
+		}
+		if exit == 0 {
+			return true
+		}
+		if r.pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+			r.mu.Lock()
+			r.phase, r.reason, r.msg = corev1.PodFailed, "InitContainerFailed", fmt.Sprintf("init container %s exited with %d", c.spec.Name, exit)
+			r.mu.Unlock()
+			r.publish()
+			<-r.stopped()
+			return false
+		}
+		if !r.backoff(c, &backoff, 0) {
+			return false
+		}
+	}
+}
+
+// supervise runs a regular container, restarting it as the pod's restartPolicy says, with the
+// kubelet's CrashLoopBackOff delays (10 s doubling to 5 min, reset after 10 min of running).
+func (r *podRuntime) supervise(c *containerState) {
+	backoff := time.Duration(0)
+	for {
+		start := time.Now()
+		exit, ok := r.runOnce(c)
+		if !ok {
+			return
+		}
+		restart := false
+		switch r.pod.Spec.RestartPolicy {
+		case corev1.RestartPolicyNever:
+		case corev1.RestartPolicyOnFailure:
+			restart = exit != 0
+		default:
+			restart = true
+		}
+		if !restart || r.isStopping() {
+			r.mu.Lock()
+			c.willRestart = false
+			r.mu.Unlock()
+			r.publish()
+			return
+		}
+		if !r.backoff(c, &backoff, time.Since(start)) {
+			return
+		}
+	}
+}
+
+// backoff waits before a restart, showing CrashLoopBackOff. It reports false if the pod stopped.
+func (r *podRuntime) backoff(c *containerState, delay *time.Duration, ran time.Duration) bool {
+	if ran >= backoffReset {
+		*delay = 0
+	}
+	r.mu.Lock()
+	c.willRestart = true
+	r.mu.Unlock()
+	if *delay > 0 {
+		r.mu.Lock()
+		c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+			Reason:  "CrashLoopBackOff",
+			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", *delay, c.spec.Name, r.pod.Name, r.pod.Namespace, r.uid),
+		}}
+		r.mu.Unlock()
+		r.publish()
+		select {
+		case <-r.stopped():
+			return false
+		case <-time.After(*delay):
+		}
+	}
+	switch {
+	case *delay == 0:
+		*delay = initialBackoff
+	case *delay < maxBackoff:
+		*delay *= 2
+		if *delay > maxBackoff {
+			*delay = maxBackoff
+		}
+	}
+	r.mu.Lock()
+	c.restartCount++
+	r.mu.Unlock()
+	return true
+}
+
+// waiting shows why a container cannot start yet and waits a little before the next try.
+func (r *podRuntime) waiting(c *containerState, reason, msg string, retry time.Duration) bool {
+	r.mu.Lock()
+	c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}
+	r.mu.Unlock()
+	r.publish()
+	select {
+	case <-r.stopped():
+		return false
+	case <-time.After(retry):
+		return true
+	}
+}
+
+// runOnce starts one attempt of a container and waits for it to exit. ok is false when the pod
+// stopped before or during the attempt.
+func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
+	var image *Image
+	var args, env []string
+	var spec bundleInput
+	for {
+		if r.isStopping() {
+			return 0, false
+		}
+		var err error
+		image, err = r.cfg.Images.Lookup(c.spec.Image)
+		if err != nil {
+			if !r.waiting(c, "ErrImagePull", err.Error(), 20*time.Second) {
+				return 0, false
+			}
+			continue
+		}
+		env, err = r.containerEnv(c.spec)
+		if err == nil {
+			args, err = commandLine(c.spec, image, env)
+		}
+		if err == nil {
+			spec, err = r.bundleInput(c, image, args, env)
+		}
+		if err != nil {
+			if !r.waiting(c, "CreateContainerConfigError", err.Error(), 5*time.Second) {
+				return 0, false
+			}
+			continue
+		}
+		break
+	}
+
+	r.mu.Lock()
+	number := c.restartCount
+	r.mu.Unlock()
+	a := &attempt{
+		id:      fmt.Sprintf("%s-%s-%d", r.uid, c.spec.Name, number),
+		number:  number,
+		logPath: filepath.Join(r.dir, "logs", c.spec.Name, strconv.Itoa(int(number))+".log"),
+		done:    make(chan struct{}),
+	}
+	bundle := filepath.Join(r.dir, "bundles", fmt.Sprintf("%s-%d", c.spec.Name, number))
+	_ = os.RemoveAll(bundle)
+	if err := os.MkdirAll(bundle, 0o755); err != nil {
+		r.waiting(c, "CreateContainerError", err.Error(), 5*time.Second)
+		return 1, !r.isStopping()
+	}
+	oci, err := buildSpec(bundle, spec)
+	if err == nil {
+		var data []byte
+		data, err = json.Marshal(oci)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600)
+		}
+	}
+	if err != nil {
+		if !r.waiting(c, "CreateContainerConfigError", err.Error(), 5*time.Second) {
+			return 0, false
+		}
+		return r.runOnce(c)
+	}
+	if err := os.MkdirAll(filepath.Dir(a.logPath), 0o755); err != nil {
+		r.waiting(c, "CreateContainerError", err.Error(), 5*time.Second)
+		return 1, !r.isStopping()
+	}
+	logFile, err := os.OpenFile(a.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
+	if err != nil {
+		r.waiting(c, "CreateContainerError", err.Error(), 5*time.Second)
+		return 1, !r.isStopping()
+	}
+	lw := &logWriter{f: logFile}
+	stdoutR, stdoutW, _ := os.Pipe()
+	stderrR, stderrW, _ := os.Pipe()
+	cmd := exec.Command(r.cfg.Runc, "--root", r.runcRoot(), "run", "--bundle", bundle, a.id)
+	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var copiers sync.WaitGroup
+	copiers.Add(2)
+	go func() { defer copiers.Done(); lw.copyFrom(stdoutR, "stdout") }()
+	go func() { defer copiers.Done(); lw.copyFrom(stderrR, "stderr") }()
+
+	idle := make(chan struct{})
+	r.mu.Lock()
+	c.idle = idle
+	r.mu.Unlock()
+	defer close(idle)
+
+	if r.isStopping() {
+		stdoutW.Close()
+		stderrW.Close()
+		copiers.Wait()
+		logFile.Close()
+		return 0, false
+	}
+	startErr := cmd.Start()
+	stdoutW.Close()
+	stderrW.Close()
+	if startErr != nil {
+		copiers.Wait()
+		logFile.Close()
+		r.waiting(c, "RunContainerError", startErr.Error(), 5*time.Second)
+		return 1, !r.isStopping()
+	}
+	startedAt := metav1.Now()
+	r.mu.Lock()
+	if c.state.Terminated != nil {
+		c.lastState = corev1.ContainerState{Terminated: c.state.Terminated}
+	}
+	c.state = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: startedAt}}
+	c.imageID = "node-agent://" + image.Repository
+	c.cur = a
+	c.everStarted = true
+	c.willRestart = false
+	c.started = c.spec.StartupProbe == nil
+	c.ready = c.spec.ReadinessProbe == nil && c.started && !c.init
+	r.mu.Unlock()
+	r.publish()
+	klog.InfoS("Started container", "pod", klog.KObj(r.pod), "container", c.spec.Name, "id", a.id, "restartCount", number)
+
+	attemptCtx, cancelAttempt := context.WithCancel(context.Background())
+	go func() {
+		if err := cmd.Wait(); err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				a.exitCode = ee.ExitCode()
+				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					a.exitCode = 128 + int(ws.Signal())
+				}
+			} else {
+				a.exitCode = 128
+			}
+		}
+		close(a.done)
+	}()
+	if c.spec.Lifecycle != nil && c.spec.Lifecycle.PostStart != nil {
+		go func() {
+			if err := r.runHandler(attemptCtx, c, a, c.spec.Lifecycle.PostStart, 0); err != nil {
+				r.event(corev1.EventTypeWarning, "FailedPostStartHook", fmt.Sprintf("container %s: %v", c.spec.Name, err))
+				r.stopAttempt(c, a, "FailedPostStartHook", 0)
+			}
+		}()
+	}
+	if !c.init {
+		go r.probe(attemptCtx, c, a)
+	}
+	go func() {
+		select {
+		case <-a.done:
+		case <-r.terminating:
+			r.stopAttempt(c, a, "pod deleted", r.remainingGrace())
+		case <-r.killed:
+			r.stopAttempt(c, a, "node agent stopped", 0)
+		}
+	}()
+
+	<-a.done
+	cancelAttempt()
+	copiers.Wait()
+	logFile.Close()
+	oomKilled := r.oomKilled(c, a)
+	_ = exec.Command(r.cfg.Runc, "--root", r.runcRoot(), "delete", "--force", a.id).Run()
+	_ = os.RemoveAll(bundle)
+
+	reason := "Completed"
+	if a.exitCode != 0 {
+		reason = "Error"
+	}
+	if oomKilled {
+		reason = "OOMKilled"
+	}
+	finished := metav1.Now()
+	r.mu.Lock()
+	c.cur = nil
+	c.ready = false
+	c.started = false
+	c.state = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: int32(a.exitCode), Reason: reason, Message: a.killMsg,
+		StartedAt: startedAt, FinishedAt: finished, ContainerID: "runc://" + a.id,
+	}}
+	r.mu.Unlock()
+	r.publish()
+	klog.InfoS("Container exited", "pod", klog.KObj(r.pod), "container", c.spec.Name, "exitCode", a.exitCode, "reason", reason)
+	return a.exitCode, !r.isStopping()
+}
+
+func (r *podRuntime) runcRoot() string { return filepath.Join(r.cfg.StateDir, "runc") }
+
+func (r *podRuntime) cgroupPath(c *corev1.Container) string {
+	return fmt.Sprintf("%s/%s/%s", r.cfg.CgroupParent, r.uid, c.Name)
+}
+
+// oomKilled reads the memory cgroup's OOM-kill counter before runc deletes the cgroup.
+func (r *podRuntime) oomKilled(c *containerState, a *attempt) bool {
+	if a.exitCode != 137 {
+		return false
+	}
+	data, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", r.cgroupPath(c.spec), "memory.oom_control"))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill" && f[1] != "0" {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *podRuntime) remainingGrace() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := time.Until(r.graceUntil)
+	if d < 0 {
+		d = 0
+	}
+	return d
+}
+
+// stopAttempt runs the preStop hook, sends SIGTERM, waits up to grace, then sends SIGKILL.
+func (r *podRuntime) stopAttempt(c *containerState, a *attempt, why string, grace time.Duration) {
+	a.stopOnce.Do(func() {
+		a.killMsg = why
+		deadline := time.Now().Add(grace)
+		if grace > 0 && c.spec.Lifecycle != nil && c.spec.Lifecycle.PreStop != nil {
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			if err := r.runHandler(ctx, c, a, c.spec.Lifecycle.PreStop, grace); err != nil {
+				r.event(corev1.EventTypeWarning, "FailedPreStopHook", fmt.Sprintf("container %s: %v", c.spec.Name, err))
+			}
+			cancel()
+		}
+		if grace > 0 {
+			_ = exec.Command(r.cfg.Runc, "--root", r.runcRoot(), "kill", a.id, "TERM").Run()
+			select {
+			case <-a.done:
+				return
+			case <-r.killed:
+			case <-time.After(time.Until(deadline)):
+			}
+		}
+		_ = exec.Command(r.cfg.Runc, "--root", r.runcRoot(), "kill", a.id, "KILL").Run()
+	})
+}
+
+// commandLine is the container's argv: command and args as Kubernetes combines them with the
+// image's entrypoint, with $(VAR) references expanded.
+func commandLine(c *corev1.Container, image *Image, env []string) ([]string, error) {
+	vars := map[string]string{}
+	for _, kv := range env {
+		if i := strings.IndexByte(kv, '='); i > 0 {
+			vars[kv[:i]] = kv[i+1:]
+		}
+	}
+	var argv []string
+	switch {
+	case len(c.Command) > 0:
+		argv = append(expandAll(c.Command, vars), expandAll(c.Args, vars)...)
+	case len(c.Args) > 0:
+		if len(image.Entrypoint) == 0 {
+			return nil, fmt.Errorf("image %s has no entrypoint in the image table and the container gives no command", c.Image)
+		}
+		argv = append([]string{image.Entrypoint[0]}, expandAll(c.Args, vars)...)
+	default:
+		argv = append([]string{}, image.Entrypoint...)
+	}
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("no command to run: the container gives none and image %s has no entrypoint", c.Image)
+	}
+	return argv, nil
+}
+
+func expandAll(in []string, vars map[string]string) []string {
+	out := make([]string, len(in))
+	for i, s := range in {
+		out[i] = expand(s, vars)
+	}
+	return out
+}
+
+// logWriter writes container output as the kubelet's CRI log format: "<RFC3339Nano> <stream> F <line>".
+type logWriter struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+func (w *logWriter) copyFrom(rd io.ReadCloser, stream string) {
+	defer rd.Close()
+	br := bufio.NewReaderSize(rd, 64*1024)
+	for {
+		line, err := br.ReadString('\n')
+		if len(line) > 0 {
+			tag := "F"
+			if !strings.HasSuffix(line, "\n") {
+				tag = "P"
+				line += "\n"
+			}
+			w.mu.Lock()
+			fmt.Fprintf(w.f, "%s %s %s %s", time.Now().UTC().Format(time.RFC3339Nano), stream, tag, line)
+			w.mu.Unlock()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
