@@ -17,7 +17,7 @@ help: ## list the targets
 
 ##@ Local cluster
 .PHONY: cluster-bin cluster cluster-down
-cluster-bin: ## build etcd, kube-*, kubectl, kwok(ctl) and the provisioner into bin/cluster (minutes, once)
+cluster-bin: ## build etcd, kube-*, kubectl, kwok(ctl), CoreDNS, the provisioner and the node agent into bin/cluster (minutes, once)
 	@hack/cluster/build.sh
 
 cluster: cluster-bin ## create or restart the local cluster cache-dev; kubeconfig in .cluster/kubeconfig
@@ -44,7 +44,7 @@ install: ## apply the CRD and the operator's namespace to the current kubeconfig
 run: build install ## run the operator in the foreground against the current kubeconfig
 	$(OPERATOR) --kubeconfig "$${KUBECONFIG:-$$HOME/.kube/config}" $(RUN_ARGS)
 
-up: cluster build ## the main job: local cluster, CRD, operator, sample cache; waits until Ready
+up: build cluster ## the main job: local cluster, CRD, operator, sample cache; waits until Ready
 	@DEV_KUBECONFIG=$(DEV_KUBECONFIG) OPERATOR=$(OPERATOR) KUBECTL=$(KUBECTL) hack/up.sh
 
 down: ## stop the operator started by make up, then the local cluster
@@ -58,9 +58,10 @@ test: cluster-bin ## every test: unit tests, then end-to-end tests on a fresh cl
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory test-e2e
 
-test-unit: ## unit and golden-file tests (no cluster)
+test-unit: ## unit and golden-file tests (no cluster), the operator's and the node agent's
 	go vet ./...
 	go test $(GO_TEST_FLAGS) ./...
+	cd hack/node && go vet ./... && go test $(GO_TEST_FLAGS) ./...
 
 test-e2e: cluster-bin ## end-to-end tests on a fresh cluster cache-test (deleted afterwards)
 	@$(TEST_CLUSTER) hack/cluster/cluster.sh down >/dev/null

@@ -48,11 +48,39 @@ if ! "${k[@]}" wait --for=condition=Ready managedcache/sessions -n shop --timeou
 	exit 1
 fi
 "${k[@]}" get managedcache -A -o wide
+"${k[@]}" get pods -n shop -o wide
+
+# A real round trip: the pods are redis-server processes on the real nodes. The password goes to
+# redis-cli through REDISCLI_AUTH, never on a command line or the terminal.
+echo "up: redis-cli round trip with shop/sessions (password from its Secret):"
+secret=$("${k[@]}" get managedcache sessions -n shop -o jsonpath='{.status.secretName}' 2>/dev/null || true)
+[[ -n $secret ]] || secret=sessions-auth
+password=$("${k[@]}" get secret "$secret" -n shop -o jsonpath='{.data.password}' | base64 -d)
+primary_ip=$("${k[@]}" get pod sessions-0 -n shop -o jsonpath='{.status.podIP}')
+value="hello-$(date +%s)"
+for _ in $(seq 1 30); do
+	REDISCLI_AUTH=$password redis-cli -h "$primary_ip" set up:greeting "$value" >/dev/null 2>&1 && break
+	sleep 1
+done
+echo "  SET up:greeting $value on sessions-0 ($primary_ip)"
+for m in 1 2; do
+	ip=$("${k[@]}" get pod "sessions-$m" -n shop -o jsonpath='{.status.podIP}')
+	got=""
+	for _ in $(seq 1 30); do
+		got=$(REDISCLI_AUTH=$password redis-cli -h "$ip" get up:greeting 2>/dev/null || true)
+		[[ $got == "$value" ]] && break
+		sleep 1
+	done
+	echo "  GET up:greeting on sessions-$m ($ip): $got"
+	[[ $got == "$value" ]] || { echo "up: replica sessions-$m did not return the value written on the primary" >&2; exit 1; }
+done
+unset password
 cat <<MSG
 
 The cache is Ready. Next:
   export KUBECONFIG=$DEV_KUBECONFIG
   bin/cluster/kubectl get managedcache,statefulset,service,secret,pdb -n shop
+  bin/cluster/kubectl exec -n shop sessions-0 -- redis-cli ping      # a real redis-server
   bin/cluster/kubectl scale managedcache/sessions -n shop --replicas=5
   tail -f $log          # the operator's log
   curl -s 127.0.0.1:8080/metrics | grep ^cache_operator   # its metrics

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -100,6 +101,21 @@ func (c *Cluster) CrashContainer(t testing.TB, pod *corev1.Pod, container string
 	if out, err := run(ctx, "runc", "--root", root, "kill", id, "KILL"); err != nil {
 		t.Fatalf("crashing container %s of %s/%s: %v\n%s", container, pod.Namespace, pod.Name, err, out)
 	}
+}
+
+// NodeProcesses returns the PIDs of processes running in the containers of a real node's pods
+// (their cgroup is under /cache-nodes/<cluster>/<node>/).
+func NodeProcesses(c *Cluster, node string) []string {
+	entries, _ := os.ReadDir("/proc")
+	var pids []string
+	marker := "/cache-nodes/" + c.Name + "/" + node + "/"
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		if err == nil && strings.Contains(string(data), marker) {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
 }
 
 // hostVeth is the bridge side of a pod's veth pair ("v" and the first 12 hex digits of its UID;

@@ -73,14 +73,14 @@ func (c *containerState) waitExited() { <-c.idle }
 func (c *containerState) statusLocked() corev1.ContainerStatus {
 	started := c.started
 	cs := corev1.ContainerStatus{
-		Name:         c.spec.Name,
-		Image:        c.spec.Image,
-		ImageID:      c.imageID,
-		State:        *c.state.DeepCopy(),
+		Name:                 c.spec.Name,
+		Image:                c.spec.Image,
+		ImageID:              c.imageID,
+		State:                *c.state.DeepCopy(),
 		LastTerminationState: *c.lastState.DeepCopy(),
-		Ready:        c.ready,
-		RestartCount: c.restartCount,
-		Started:      &started,
+		Ready:                c.ready,
+		RestartCount:         c.restartCount,
+		Started:              &started,
 	}
 	if c.cur != nil {
 		cs.ContainerID = "runc://" + c.cur.id

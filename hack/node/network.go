@@ -12,9 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-	"golang.org/x/sys/unix"
 )
 
 // IPAM hands out the addresses of one node's pod range, lowest free first.
@@ -32,8 +32,8 @@ func NewIPAM(cidr string) (*IPAM, error) {
 		return nil, fmt.Errorf("--pod-cidr: %w", err)
 	}
 	ones, bits := ipnet.Mask.Size()
-	if bits != 32 || ones < 16 || ones > 29 {
-		return nil, fmt.Errorf("--pod-cidr %s: want an IPv4 range between /16 and /29", cidr)
+	if bits != 32 || ones < 16 || ones > 30 {
+		return nil, fmt.Errorf("--pod-cidr %s: want an IPv4 range between /16 and /30", cidr)
 	}
 	return &IPAM{base: ipnet.IP.To4(), size: 1 << (bits - ones), inUse: map[int]types.UID{}}, nil
 }

@@ -11,12 +11,12 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
-	"golang.org/x/sys/unix"
 )
 
 // refreshInterval is how often Secret, ConfigMap, projected and downward API volumes are rewritten

@@ -1,0 +1,583 @@
+// Package nodes tests the local cluster's real nodes (hack/node): pods whose containers run as
+// processes under runc, with their security context, volumes, environment, probes, network,
+// kubectl streams, lifecycle and the fault helpers the other tests use.
+package nodes
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"example.com/cache-operator/e2e/framework"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// shellPod is a pod running script under sh from the host's /usr (image busybox in the node's
+// image table), hardened as the operator's pods are unless the test changes it.
+func shellPod(name, script string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr[int64](5),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr(true),
+				RunAsUser:      ptr[int64](1234),
+				RunAsGroup:     ptr[int64](1234),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:    "main",
+				Image:   "busybox:1.36",
+				Command: []string{"sh", "-c", script},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr(false),
+					ReadOnlyRootFilesystem:   ptr(true),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+}
+
+func create(t *testing.T, c *framework.Cluster, ns string, pod *corev1.Pod) {
+	t.Helper()
+	if _, err := c.Kube.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating pod %s/%s: %v", ns, pod.Name, err)
+	}
+}
+
+func get(t *testing.T, c *framework.Cluster, ns, name string) *corev1.Pod {
+	t.Helper()
+	p, err := c.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("getting pod %s/%s: %v", ns, name, err)
+	}
+	return p
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func describe(p *corev1.Pod) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase=%s node=%s ip=%s ready=%v", p.Status.Phase, p.Spec.NodeName, p.Status.PodIP, podReady(p))
+	for _, cs := range p.Status.ContainerStatuses {
+		fmt.Fprintf(&b, " [%s restarts=%d", cs.Name, cs.RestartCount)
+		switch {
+		case cs.State.Waiting != nil:
+			fmt.Fprintf(&b, " waiting %s: %s", cs.State.Waiting.Reason, cs.State.Waiting.Message)
+		case cs.State.Running != nil:
+			b.WriteString(" running")
+		case cs.State.Terminated != nil:
+			fmt.Fprintf(&b, " terminated %s exit=%d", cs.State.Terminated.Reason, cs.State.Terminated.ExitCode)
+		}
+		b.WriteString("]")
+	}
+	if p.Status.Reason != "" {
+		fmt.Fprintf(&b, " reason=%s: %s", p.Status.Reason, p.Status.Message)
+	}
+	return b.String()
+}
+
+// waitPod polls a pod until cond holds.
+func waitPod(t *testing.T, c *framework.Cluster, ns, name string, timeout time.Duration, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	framework.Eventually(t, timeout, fmt.Sprintf("pod %s/%s %s", ns, name, what), func() (bool, string, error) {
+		p, err := c.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		last = p
+		return cond(p), describe(p), nil
+	})
+	return last
+}
+
+func waitReady(t *testing.T, c *framework.Cluster, ns, name string) *corev1.Pod {
+	t.Helper()
+	return waitPod(t, c, ns, name, 90*time.Second, "Ready", podReady)
+}
+
+func logs(t *testing.T, c *framework.Cluster, ns, name string, extra ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := c.Kubectl(ctx, append([]string{"logs", "-n", ns, name}, extra...)...)
+	if err != nil {
+		t.Fatalf("kubectl logs: %v", err)
+	}
+	return out
+}
+
+func waitLog(t *testing.T, c *framework.Cluster, ns, name, want string) string {
+	t.Helper()
+	var out string
+	framework.Eventually(t, 60*time.Second, fmt.Sprintf("log of %s/%s to contain %q", ns, name, want), func() (bool, string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		o, err := c.Kubectl(ctx, "logs", "-n", ns, name)
+		out = o
+		return strings.Contains(o, want), o, err
+	})
+	return out
+}
+
+func TestSecurityContext(t *testing.T) {
+	c := framework.Setup(t)
+	ns := c.RealNamespace(t, "nodes-sec")
+	create(t, c, ns, shellPod("ids", `echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"; grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status; echo ok > /probe-file && echo ROOT-WRITABLE || echo ROOT-READONLY; sleep 3600`))
+	p := waitPod(t, c, ns, "ids", 90*time.Second, "running on a real node", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	if !strings.HasPrefix(p.Spec.NodeName, "real-") {
+		t.Fatalf("pod ran on %q, want a real node", p.Spec.NodeName)
+	}
+	out := waitLog(t, c, ns, "ids", "ROOT-")
+	for _, want := range []string{"uid=1234 gid=1234", "CapInh:\t0000000000000000", "CapPrm:\t0000000000000000",
+		"CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "ROOT-READONLY"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("container output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// A container that writes to its read-only root fails.
+	pod := shellPod("writes-root", `echo data > /etc/written-by-pod`)
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	create(t, c, ns, pod)
+	p = waitPod(t, c, ns, "writes-root", 60*time.Second, "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if term := p.Status.ContainerStatuses[0].State.Terminated; term == nil || term.ExitCode == 0 {
+		t.Fatalf("writing to the read-only root: want a non-zero exit, got %s", describe(p))
+	}
+
+	// runAsNonRoot with user 0 is refused, as the kubelet refuses it.
+	pod = shellPod("root", "sleep 3600")
+	pod.Spec.SecurityContext.RunAsUser = ptr[int64](0)
+	create(t, c, ns, pod)
+	waitPod(t, c, ns, "root", 60*time.Second, "refused (CreateContainerConfigError)", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil &&
+			p.Status.ContainerStatuses[0].State.Waiting.Reason == "CreateContainerConfigError"
+	})
+}
+
+func TestBadInputFailsVisibly(t *testing.T) {
+	c := framework.Setup(t)
+	ns := c.RealNamespace(t, "nodes-bad")
+	bad := shellPod("nginx", "true")
+	bad.Spec.Containers[0].Image = "nginx:1.27"
+	create(t, c, ns, bad)
+	p := waitPod(t, c, ns, "nginx", 60*time.Second, "Waiting ErrImagePull", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil &&
+			p.Status.ContainerStatuses[0].State.Waiting.Reason == "ErrImagePull"
+	})
+	if msg := p.Status.ContainerStatuses[0].State.Waiting.Message; !strings.Contains(msg, "image table") {
+		t.Errorf("ErrImagePull message does not name the image table: %q", msg)
+	}
+
+	host := shellPod("host-network", "sleep 3600")
+	host.Spec.HostNetwork = true
+	create(t, c, ns, host)
+	p = waitPod(t, c, ns, "host-network", 60*time.Second, "Failed as unsupported", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if p.Status.Reason != "UnsupportedPodSpec" || !strings.Contains(p.Status.Message, "hostNetwork") {
+		t.Errorf("hostNetwork pod: want reason UnsupportedPodSpec naming hostNetwork, got %s", describe(p))
+	}
+
+	hp := shellPod("host-path", "sleep 3600")
+	hp.Spec.Volumes = []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/etc"}}}}
+	create(t, c, ns, hp)
+	p = waitPod(t, c, ns, "host-path", 60*time.Second, "Failed as unsupported", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if !strings.Contains(p.Status.Message, `volume "h"`) {
+		t.Errorf("hostPath pod: want a message naming the volume, got %s", describe(p))
+	}
+}
+
+func TestVolumesAndEnv(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.RealNamespace(t, "nodes-vol")
+	if _, err := c.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "s"}, StringData: map[string]string{"key": "first-value"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "cm"}, Data: map[string]string{"color": "blue"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name string) *corev1.Pod {
+		p := shellPod(name, "sleep 3600")
+		p.Spec.SecurityContext.FSGroup = ptr[int64](1234)
+		p.Spec.Volumes = []corev1.Volume{
+			{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr(resource.MustParse("8Mi"))}}},
+			{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
+			{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s"}}},
+			{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+				{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
+			}}}},
+		}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{
+			{Name: "tmp", MountPath: "/tmp"}, {Name: "data", MountPath: "/data"},
+			{Name: "secret", MountPath: "/etc/s", ReadOnly: true}, {Name: "info", MountPath: "/etc/info"},
+		}
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
+		p.Spec.Containers[0].Env = []corev1.EnvVar{
+			{Name: "PLAIN", Value: "plain-$(COLOR)"},
+			{Name: "COLOR", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "cm"}, Key: "color"}}},
+			{Name: "SECRET", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "key"}}},
+			{Name: "MY_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+			{Name: "MY_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+			{Name: "MEM_MI", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory", Divisor: resource.MustParse("1Mi")}}},
+		}
+		// A projected service account token with the cluster CA, as the API server injects it.
+		p.Spec.AutomountServiceAccountToken = ptr(true)
+		return p
+	}
+	create(t, c, ns, pod("vol-1"))
+	p := waitPod(t, c, ns, "vol-1", 90*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+
+	exec := func(pod string, cmd string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := c.Exec(ctx, ns, pod, "", "sh", "-c", cmd)
+		if err != nil {
+			t.Fatalf("exec %q: %v", cmd, err)
+		}
+		return strings.TrimSpace(out)
+	}
+	env := exec("vol-1", "env")
+	for _, want := range []string{"PLAIN=plain-blue", "COLOR=blue", "SECRET=first-value", "MY_IP=" + p.Status.PodIP, "MY_NAME=vol-1", "MEM_MI=64", "KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT=443"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("environment lacks %q:\n%s", want, env)
+		}
+	}
+	if got := exec("vol-1", "cat /etc/s/key"); got != "first-value" {
+		t.Errorf("secret volume: got %q", got)
+	}
+	if got := exec("vol-1", "cat /etc/info/labels"); got != `app="vol-1"` {
+		t.Errorf("downward API volume: got %q", got)
+	}
+	if got := exec("vol-1", "df -k /tmp | tail -1"); !strings.HasPrefix(got, "tmpfs") || !strings.Contains(got, " 8192 ") {
+		t.Errorf("memory emptyDir: want tmpfs of 8192 KiB, df says %q", got)
+	}
+	if got := exec("vol-1", "echo hi > /tmp/x && cat /tmp/x"); got != "hi" {
+		t.Errorf("emptyDir write: got %q", got)
+	}
+	token := exec("vol-1", "cat /var/run/secrets/kubernetes.io/serviceaccount/token")
+	if parts := strings.Split(token, "."); len(parts) != 3 {
+		t.Errorf("projected token is not a JWT: %q", token)
+	} else if claims, err := base64.RawURLEncoding.DecodeString(parts[1]); err != nil || !strings.Contains(string(claims), `"name":"vol-1"`) {
+		t.Errorf("projected token is not bound to the pod: %s (%v)", claims, err)
+	}
+	if got := exec("vol-1", "head -1 /var/run/secrets/kubernetes.io/serviceaccount/ca.crt; cat /var/run/secrets/kubernetes.io/serviceaccount/namespace"); got != "-----BEGIN CERTIFICATE-----\n"+ns {
+		t.Errorf("projected ca.crt and namespace: got %q", got)
+	}
+	exec("vol-1", "echo persisted > /data/file")
+
+	// A Secret update reaches the mounted file, as the kubelet's sync does.
+	if _, err := c.Kube.CoreV1().Secrets(ns).Update(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "s"}, StringData: map[string]string{"key": "second-value"},
+	}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 60*time.Second, "the secret volume to show the new value", func() (bool, string, error) {
+		got := exec("vol-1", "cat /etc/s/key")
+		return got == "second-value", got, nil
+	})
+
+	// The PVC's data survives the pod: a new pod with the same claim reads it.
+	if err := c.Kube.CoreV1().Pods(ns).Delete(ctx, "vol-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 60*time.Second, "pod vol-1 gone", func() (bool, string, error) {
+		_, err := c.Kube.CoreV1().Pods(ns).Get(ctx, "vol-1", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err), nil
+	})
+	create(t, c, ns, pod("vol-2"))
+	waitPod(t, c, ns, "vol-2", 90*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	if got := exec("vol-2", "cat /data/file"); got != "persisted" {
+		t.Errorf("PVC data after the pod was replaced: got %q", got)
+	}
+}
+
+func TestProbes(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.RealNamespace(t, "nodes-probe")
+	p := shellPod("ready", "sleep 3600")
+	p.Spec.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
+	p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/tmp/ready"}}},
+		PeriodSeconds: 1, FailureThreshold: 1,
+	}
+	p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "x", ContainerPort: 8080}}
+	create(t, c, ns, p)
+	if _, err := c.Kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "ready"},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "ready"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt(8080)}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	readyEndpoint := func() (bool, string, error) {
+		slices, err := c.Kube.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=ready"})
+		if err != nil {
+			return false, "", err
+		}
+		var seen []string
+		ready := false
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				r := e.Conditions.Ready != nil && *e.Conditions.Ready
+				seen = append(seen, fmt.Sprintf("%v ready=%v", e.Addresses, r))
+				ready = ready || r
+			}
+		}
+		return ready, strings.Join(seen, ", "), nil
+	}
+	waitPod(t, c, ns, "ready", 60*time.Second, "Running and not Ready", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning && !podReady(p)
+	})
+	if ok, seen, _ := readyEndpoint(); ok {
+		t.Fatalf("endpoint ready before the readiness probe passed: %s", seen)
+	}
+	if _, err := c.Exec(ctx, ns, "ready", "", "touch", "/tmp/ready"); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, ns, "ready")
+	framework.Eventually(t, 30*time.Second, "the Service endpoint ready", func() (bool, string, error) { return readyEndpoint() })
+	if _, err := c.Exec(ctx, ns, "ready", "", "rm", "/tmp/ready"); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, c, ns, "ready", 30*time.Second, "not Ready again", func(p *corev1.Pod) bool { return !podReady(p) })
+	framework.Eventually(t, 30*time.Second, "the Service endpoint not ready", func() (bool, string, error) {
+		ok, seen, err := readyEndpoint()
+		return !ok, seen, err
+	})
+
+	// A failing liveness probe restarts the container; logs --previous shows the earlier run.
+	live := shellPod("live", `echo "run started"; sleep 3600`)
+	live.Spec.Containers[0].LivenessProbe = &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(9999)}},
+		PeriodSeconds: 1, FailureThreshold: 2, InitialDelaySeconds: 1,
+	}
+	live.Spec.TerminationGracePeriodSeconds = ptr[int64](1)
+	create(t, c, ns, live)
+	waitPod(t, c, ns, "live", 90*time.Second, "restarted by its liveness probe", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1
+	})
+	if prev := logs(t, c, ns, "live", "--previous"); !strings.Contains(prev, "run started") {
+		t.Errorf("kubectl logs --previous: got %q", prev)
+	}
+}
+
+func TestNetwork(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.RealNamespace(t, "nodes-net")
+	server := shellPod("server", "exec redis-server --port 6379 --save '' --appendonly no --protected-mode no")
+	server.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "redis", ContainerPort: 6379}}
+	create(t, c, ns, server)
+	if _, err := c.Kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "server"},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "server"}, Ports: []corev1.ServicePort{{Port: 6379, TargetPort: intstr.FromString("redis")}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	create(t, c, ns, shellPod("client", "sleep 3600"))
+	srv := waitPod(t, c, ns, "server", 90*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	waitPod(t, c, ns, "client", 90*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	ip := net.ParseIP(srv.Status.PodIP)
+	if ip == nil || !strings.HasPrefix(srv.Status.PodIP, "198.18.") {
+		t.Fatalf("pod IP %q is not in 198.18.0.0/15", srv.Status.PodIP)
+	}
+	svc, err := c.Kube.CoreV1().Services(ns).Get(ctx, "server", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(svc.Spec.ClusterIP, "198.19.") {
+		t.Fatalf("ClusterIP %q is not in 198.18.0.0/15", svc.Spec.ClusterIP)
+	}
+	ping := func(what string, cmd ...string) {
+		t.Helper()
+		framework.Eventually(t, 60*time.Second, what, func() (bool, string, error) {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			out, err := c.Exec(cctx, ns, "client", "", cmd...)
+			return strings.TrimSpace(out) == "PONG", out, err
+		})
+	}
+	ping("pod to pod by IP", "redis-cli", "-h", srv.Status.PodIP, "ping")
+	ping("pod to ClusterIP", "redis-cli", "-h", svc.Spec.ClusterIP, "ping")
+	ping("pod to Service DNS name", "redis-cli", "-h", "server", "ping")
+	ping("pod to fully qualified Service name", "redis-cli", "-h", "server."+ns+".svc.cluster.local", "ping")
+	hostPing := func(what, host string) {
+		t.Helper()
+		framework.Eventually(t, 60*time.Second, what, func() (bool, string, error) {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(cctx, "redis-cli", "-h", host, "ping").CombinedOutput()
+			return strings.TrimSpace(string(out)) == "PONG", string(out), err
+		})
+	}
+	hostPing("host to pod by IP", srv.Status.PodIP)
+	hostPing("host to ClusterIP", svc.Spec.ClusterIP)
+
+	// A cut network makes the pod unreachable; restored, it answers again.
+	c.CutNetwork(t, srv)
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	out, err := exec.CommandContext(cctx, "redis-cli", "-h", srv.Status.PodIP, "ping").CombinedOutput()
+	cancel()
+	if err == nil && strings.TrimSpace(string(out)) == "PONG" {
+		t.Fatalf("pod answered with its network cut")
+	}
+	c.RestoreNetwork(t, srv)
+	hostPing("host to pod after the network is restored", srv.Status.PodIP)
+}
+
+func TestKubectlStreams(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.RealNamespace(t, "nodes-kubectl")
+	p := shellPod("streams", `echo "hello from the pod"; exec redis-server --port 6379 --save '' --appendonly no --protected-mode no`)
+	create(t, c, ns, p)
+	waitPod(t, c, ns, "streams", 90*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	waitLog(t, c, ns, "streams", "hello from the pod")
+	if out, err := c.Exec(ctx, ns, "streams", "", "redis-cli", "ping"); err != nil || strings.TrimSpace(out) != "PONG" {
+		t.Fatalf("kubectl exec redis-cli ping: %q %v", out, err)
+	}
+	// The exit status of the command reaches kubectl.
+	_, err := c.Exec(ctx, ns, "streams", "", "sh", "-c", "exit 3")
+	if err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Errorf("kubectl exec of a failing command: want exit status 3, got %v", err)
+	}
+	// Port-forward: a local port on 127.0.0.1 reaches the pod's port.
+	port := freePort(t)
+	pfCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	pf := c.KubectlCmd(pfCtx, "port-forward", "-n", ns, "pod/streams", fmt.Sprintf("%d:6379", port))
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stop(); _ = pf.Wait() }()
+	framework.Eventually(t, 30*time.Second, "redis-cli through kubectl port-forward", func() (bool, string, error) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(cctx, "redis-cli", "-h", "127.0.0.1", "-p", strconv.Itoa(port), "ping").CombinedOutput()
+		return strings.TrimSpace(string(out)) == "PONG", string(out), err
+	})
+	// logs -f follows new output: the crash helper restarts the container, and the new run's
+	// first line shows up.
+	c.CrashContainer(t, get(t, c, ns, "streams"), "main")
+	waitPod(t, c, ns, "streams", 60*time.Second, "restarted after a crash", func(p *corev1.Pod) bool {
+		cs := p.Status.ContainerStatuses
+		return len(cs) == 1 && cs[0].RestartCount >= 1 && cs[0].LastTerminationState.Terminated != nil && cs[0].LastTerminationState.Terminated.ExitCode == 137
+	})
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func TestGracefulTermination(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.RealNamespace(t, "nodes-term")
+	// This container sees SIGTERM, says so, and exits after 1 s.
+	create(t, c, ns, shellPod("polite", `trap 'echo "got SIGTERM"; sleep 1; exit 0' TERM; echo started; while true; do sleep 0.2; done`))
+	// This one ignores SIGTERM: it must be killed when its 3 s grace period ends, not before.
+	stubborn := shellPod("stubborn", `trap '' TERM; echo started; while true; do sleep 0.2; done`)
+	stubborn.Spec.TerminationGracePeriodSeconds = ptr[int64](3)
+	create(t, c, ns, stubborn)
+	waitLog(t, c, ns, "polite", "started")
+	waitLog(t, c, ns, "stubborn", "started")
+
+	if err := c.Kube.CoreV1().Pods(ns).Delete(ctx, "polite", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, "polite's log to show SIGTERM before it is gone", func() (bool, string, error) {
+		out, err := c.Kubectl(ctx, "logs", "-n", ns, "polite")
+		if err != nil {
+			return false, out, err
+		}
+		return strings.Contains(out, "got SIGTERM"), out, nil
+	})
+
+	start := time.Now()
+	if err := c.Kube.CoreV1().Pods(ns).Delete(ctx, "stubborn", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var gone time.Duration
+	framework.Eventually(t, 30*time.Second, "stubborn to be killed after its grace period", func() (bool, string, error) {
+		p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, "stubborn", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			gone = time.Since(start)
+			return true, "gone", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		return false, describe(p), nil
+	})
+	if gone < 3*time.Second || gone > 15*time.Second {
+		t.Errorf("a container ignoring SIGTERM with a 3 s grace period was gone after %s; want between 3 s and 15 s", gone)
+	}
+	t.Logf("stubborn pod gone %s after deletion (grace period 3 s)", gone.Round(100*time.Millisecond))
+}
+
+func TestStoppedNodeGoesNotReady(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.RealNamespace(t, "nodes-stop")
+	p := shellPod("victim", "sleep 3600")
+	p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "real-c"}
+	create(t, c, ns, p)
+	p = waitPod(t, c, ns, "victim", 90*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	c.StopNode(t, "real-c")
+	start := time.Now()
+	framework.Eventually(t, 90*time.Second, "node real-c NotReady", func() (bool, string, error) {
+		n, err := c.Kube.CoreV1().Nodes().Get(ctx, "real-c", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		st := framework.NodeReady(n)
+		return st != corev1.ConditionTrue, "Ready=" + string(st), nil
+	})
+	t.Logf("real-c NotReady %s after it was stopped", time.Since(start).Round(time.Second))
+	// Its pods' processes died with it.
+	if left := framework.NodeProcesses(c, "real-c"); len(left) > 0 {
+		t.Errorf("processes of real-c's pods still running after the node stopped: %v", left)
+	}
+}
