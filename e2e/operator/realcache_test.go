@@ -1,0 +1,115 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"example.com/cache-operator/e2e/framework"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// redisCLI runs this machine's redis-cli against host. The password goes through REDISCLI_AUTH,
+// never on the command line.
+func redisCLI(ctx context.Context, host, password string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "redis-cli", append([]string{"-h", host, "-p", "6379"}, args...)...)
+	cmd.Env = append(os.Environ(), "REDISCLI_AUTH="+password)
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// serverProcess returns the PID of the redis-server process in a pod's container, found through
+// /proc: its cgroup is the pod's on a real node (hack/node names it <parent>/<pod UID>/<container>).
+func serverProcess(pod *corev1.Pod) string {
+	entries, _ := os.ReadDir("/proc")
+	marker := "/" + string(pod.UID) + "/redis"
+	for _, e := range entries {
+		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		if err != nil || strings.TrimSpace(string(comm)) != "redis-server" {
+			continue
+		}
+		cg, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		if err == nil && strings.Contains(string(cg), marker) {
+			return e.Name()
+		}
+	}
+	return ""
+}
+
+// TestCacheOnRealNodes: the operator's cache is three real redis-server processes that demand the
+// Secret's password and replicate from member 0.
+func TestCacheOnRealNodes(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	startOperator(t, c)
+	ns := c.RealNamespace(t, "real")
+	deleteCachesOnCleanup(t, c, ns)
+	createCache(t, c, ns, "sessions", map[string]interface{}{
+		"size": int64(3), "version": "7.4", "storageGi": int64(1), "evictionPolicy": "allkeys-lru",
+	})
+	start := time.Now()
+	waitReady(t, c, ns, "sessions", 3, 3*time.Minute)
+	t.Logf("size-3 cache Ready on real nodes %s after creation", time.Since(start).Round(100*time.Millisecond))
+
+	pods := make([]*corev1.Pod, 3)
+	pids := map[string]bool{}
+	for i := range pods {
+		p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, fmt.Sprintf("sessions-%d", i), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods[i] = p
+		if !strings.HasPrefix(p.Spec.NodeName, "real-") {
+			t.Fatalf("%s runs on %q, not on a real node", p.Name, p.Spec.NodeName)
+		}
+		pid := serverProcess(p)
+		if pid == "" {
+			t.Fatalf("no redis-server process for %s (UID %s) on this machine", p.Name, p.UID)
+		}
+		pids[pid] = true
+		t.Logf("%s: node %s, IP %s, redis-server PID %s", p.Name, p.Spec.NodeName, p.Status.PodIP, pid)
+	}
+	if len(pids) != 3 {
+		t.Fatalf("want three distinct redis-server processes, found %v", pids)
+	}
+
+	pw := password(t, c, ns, "sessions")
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if out, _ := redisCLI(cctx, pods[0].Status.PodIP, "", "ping"); !strings.Contains(out, "NOAUTH") {
+		t.Errorf("ping without a password: want NOAUTH, got %q", out)
+	}
+	if out, _ := redisCLI(cctx, pods[0].Status.PodIP, "not-the-password", "ping"); !strings.Contains(out, "WRONGPASS") {
+		t.Errorf("ping with a wrong password: want WRONGPASS, got %q", out)
+	}
+	if out, err := redisCLI(cctx, pods[0].Status.PodIP, pw, "ping"); out != "PONG" {
+		t.Fatalf("ping with the Secret's password: %q %v", out, err)
+	}
+	value := fmt.Sprintf("written-%d", time.Now().UnixNano())
+	if out, err := redisCLI(cctx, pods[0].Status.PodIP, pw, "set", "e2e:key", value); out != "OK" {
+		t.Fatalf("SET on sessions-0: %q %v", out, err)
+	}
+	for _, p := range pods[1:] {
+		framework.Eventually(t, 30*time.Second, "the key replicated to "+p.Name, func() (bool, string, error) {
+			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			out, err := redisCLI(gctx, p.Status.PodIP, pw, "get", "e2e:key")
+			return out == value, out, err
+		})
+		role, _ := redisCLI(cctx, p.Status.PodIP, pw, "role")
+		if !strings.HasPrefix(role, "slave") {
+			t.Errorf("%s: ROLE says %q, want a replica", p.Name, role)
+		}
+	}
+	// kubectl exec reaches the server inside the pod, as the README shows.
+	out, err := c.Exec(ctx, ns, "sessions-0", "redis", "redis-cli", "ping")
+	if err != nil || strings.TrimSpace(out) != "PONG" {
+		t.Errorf("kubectl exec sessions-0 -- redis-cli ping: %q %v", out, err)
+	}
+}
