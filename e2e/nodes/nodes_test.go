@@ -248,8 +248,9 @@ func TestVolumesAndEnv(t *testing.T) {
 		}
 		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
 		p.Spec.Containers[0].Env = []corev1.EnvVar{
-			{Name: "PLAIN", Value: "plain-$(COLOR)"},
+			{Name: "EARLY", Value: "early-$(COLOR)"}, // a reference to a later variable stays as it is
 			{Name: "COLOR", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "cm"}, Key: "color"}}},
+			{Name: "PLAIN", Value: "plain-$(COLOR)"},
 			{Name: "SECRET", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "key"}}},
 			{Name: "MY_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 			{Name: "MY_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
@@ -273,7 +274,7 @@ func TestVolumesAndEnv(t *testing.T) {
 		return strings.TrimSpace(out)
 	}
 	env := exec("vol-1", "env")
-	for _, want := range []string{"PLAIN=plain-blue", "COLOR=blue", "SECRET=first-value", "MY_IP=" + p.Status.PodIP, "MY_NAME=vol-1", "MEM_MI=64", "KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT=443"} {
+	for _, want := range []string{"EARLY=early-$(COLOR)", "PLAIN=plain-blue", "COLOR=blue", "SECRET=first-value", "MY_IP=" + p.Status.PodIP, "MY_NAME=vol-1", "MEM_MI=64", "KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT=443"} {
 		if !strings.Contains(env, want) {
 			t.Errorf("environment lacks %q:\n%s", want, env)
 		}
@@ -281,7 +282,7 @@ func TestVolumesAndEnv(t *testing.T) {
 	if got := exec("vol-1", "cat /etc/s/key"); got != "first-value" {
 		t.Errorf("secret volume: got %q", got)
 	}
-	if got := exec("vol-1", "cat /etc/info/labels"); got != `app="vol-1"` {
+	if got := exec("vol-1", "cat /etc/info/labels"); !strings.Contains(got+"\n", `app="vol-1"`+"\n") {
 		t.Errorf("downward API volume: got %q", got)
 	}
 	if got := exec("vol-1", "df -k /tmp | tail -1"); !strings.HasPrefix(got, "tmpfs") || !strings.Contains(got, " 8192 ") {

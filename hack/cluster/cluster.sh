@@ -51,6 +51,21 @@ kubectl=("$bin/kubectl" --kubeconfig "$kubeconfig" --cache-dir "$state/kubectl-c
 
 log() { echo "cluster: $*"; }
 
+# pid_alive FILE: the PID in FILE names a running process.
+pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
+	local deadline=$((SECONDS + $1)) what=$2
+	shift 2
+	until "$@" >/dev/null 2>&1; do
+		if ((SECONDS >= deadline)); then
+			log "timed out waiting for $what"
+			return 1
+		fi
+		sleep 1
+	done
+}
+
 # --- the cluster's network -------------------------------------------------------------------
 case $name in cache-dev) def_index=0 ;; cache-test) def_index=1 ;; *) def_index=0 ;; esac
 net_index=${CLUSTER_NET_INDEX:-$def_index}
@@ -99,7 +114,9 @@ net_down() {
 }
 
 # kwokctl's configuration: API server flags for the network, the real nodes' kubelet API and
-# placement; node failure detected in about 25 s (kwokctl's default heartbeat factor makes it 200 s).
+# placement; node failure detected in about 25 s (kwokctl's default heartbeat factor makes it 200 s);
+# KWOK limited to its own nodes. (A file, not --extra-args: kwokctl mis-indexes --extra-args given
+# for several components.)
 write_kwokctl_config() {
 	cat >"$state/kwokctl.yaml" <<YAML
 apiVersion: config.kwok.x-k8s.io/v1alpha1
@@ -117,6 +134,11 @@ componentsPatches:
   - {key: kubelet-client-certificate, value: "$pki/admin.crt"}
   - {key: kubelet-client-key, value: "$pki/admin.key"}
   - {key: enable-admission-plugins, value: "PodNodeSelector,PodTolerationRestriction"}
+# kwokctl's binary runtime starts KWOK managing every node; it must leave the real ones alone.
+- name: kwok-controller
+  extraArgs:
+  - {key: manage-all-nodes, value: "false"}
+  - {key: manage-nodes-with-annotation-selector, value: "kwok.x-k8s.io/node=fake"}
 YAML
 }
 
@@ -129,7 +151,12 @@ start_bg() { # start_bg NAME COMMAND...: start a process in the background unles
 	echo $! >"$state/$what.pid"
 }
 
-node_index() { local i; for i in "${!real_nodes[@]}"; do [[ real-${real_nodes[$i]} == "$1" ]] && echo "$i"; done; }
+node_index() {
+	local i
+	for i in "${!real_nodes[@]}"; do
+		if [[ real-${real_nodes[$i]} == "$1" ]]; then echo "$i"; fi
+	done
+}
 
 start_node() { # start_node real-a
 	local node=$1 i zone

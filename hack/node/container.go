@@ -40,6 +40,8 @@ type containerState struct {
 	everStarted  bool
 	willRestart  bool
 	imageID      string
+	// lastAttempt is the number of the newest attempt (its log is the current log); -1 before any.
+	lastAttempt int32
 
 	// The attempt running now (nil between attempts).
 	cur *attempt
@@ -62,7 +64,7 @@ func newContainerState(c *corev1.Container, init bool) *containerState {
 	idle := make(chan struct{})
 	close(idle)
 	return &containerState{
-		spec: c, init: init, idle: idle,
+		spec: c, init: init, idle: idle, lastAttempt: -1,
 		state: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}},
 	}
 }
@@ -311,6 +313,7 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 	c.state = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: startedAt}}
 	c.imageID = "node-agent://" + image.Repository
 	c.cur = a
+	c.lastAttempt = a.number
 	c.everStarted = true
 	c.willRestart = false
 	c.started = c.spec.StartupProbe == nil

@@ -189,8 +189,9 @@ func nodeObject(name, zone, podCIDR, host string, port int32) corev1.Node {
 			Capacity:    capacity,
 			Allocatable: capacity,
 			Addresses: []corev1.NodeAddress{
+				// Only the address: the API server prefers a Hostname address, and node names do
+				// not resolve (nor should they reach this machine's resolver).
 				{Type: corev1.NodeInternalIP, Address: host},
-				{Type: corev1.NodeHostName, Address: name},
 			},
 			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: port}},
 			NodeInfo: corev1.NodeSystemInfo{

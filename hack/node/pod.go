@@ -39,8 +39,10 @@ type podRuntime struct {
 
 	terminating chan struct{} // closed when the pod is being deleted
 	killed      chan struct{} // closed when everything must stop at once (agent shutdown)
+	stop        chan struct{} // closed on either
 	termOnce    sync.Once
 	killOnce    sync.Once
+	stopOnce    sync.Once
 	graceUntil  time.Time
 }
 
@@ -52,6 +54,7 @@ func newPodRuntime(p *Provider, pod *corev1.Pod) *podRuntime {
 		conditions:  map[corev1.PodConditionType]*corev1.PodCondition{},
 		terminating: make(chan struct{}),
 		killed:      make(chan struct{}),
+		stop:        make(chan struct{}),
 	}
 	for i := range pod.Spec.InitContainers {
 		r.containers = append(r.containers, newContainerState(&pod.Spec.InitContainers[i], true))
@@ -220,32 +223,28 @@ func (r *podRuntime) run() {
 }
 
 // stopped is closed when the pod is being deleted or killed.
-func (r *podRuntime) stopped() <-chan struct{} {
-	ch := make(chan struct{})
-	go func() {
-		select {
-		case <-r.terminating:
-		case <-r.killed:
-		}
-		close(ch)
-	}()
-	return ch
-}
+func (r *podRuntime) stopped() <-chan struct{} { return r.stop }
 
 func (r *podRuntime) stoppedCtx() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		<-r.stopped()
+		<-r.stop
 		cancel()
 	}()
 	return ctx
 }
 
+// removeCgroups removes a pod's cgroup folders (runc removes each container's own on delete).
+func removeCgroups(path string) {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", path))
+	for _, d := range dirs {
+		_ = os.Remove(d)
+	}
+}
+
 func (r *podRuntime) isStopping() bool {
 	select {
-	case <-r.terminating:
-		return true
-	case <-r.killed:
+	case <-r.stop:
 		return true
 	default:
 		return false
@@ -416,12 +415,14 @@ func (r *podRuntime) terminate(pod *corev1.Pod) {
 		r.pod.DeletionTimestamp, r.pod.DeletionGracePeriodSeconds = pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds
 		r.mu.Unlock()
 		close(r.terminating)
+		r.stopOnce.Do(func() { close(r.stop) })
 	})
 }
 
 // kill stops every container at once with SIGKILL (the agent is shutting down).
 func (r *podRuntime) kill() {
 	r.killOnce.Do(func() { close(r.killed) })
+	r.stopOnce.Do(func() { close(r.stop) })
 }
 
 // teardown runs once every container has exited: volumes, network, files; then the final status.
@@ -436,6 +437,7 @@ func (r *podRuntime) teardown() {
 	unmountUnder(r.dir)
 	TeardownPodNetwork(r.cfg, r.uid)
 	r.cfg.IPAM.Release(r.uid)
+	removeCgroups(r.cfg.CgroupParent + "/" + string(r.uid))
 	if err := os.RemoveAll(r.dir); err != nil {
 		klog.ErrorS(err, "Removing the pod's folder", "pod", klog.KObj(r.pod))
 	}
@@ -505,9 +507,12 @@ func (r *podRuntime) statusLocked() corev1.PodStatus {
 		st.PodIP = r.podIP.String()
 		st.PodIPs = []corev1.PodIP{{IP: st.PodIP}}
 	}
-	allReady, anyRunning, anyRestarting, allDone, anyFailed := true, false, false, true, false
-	started := 0
-	regular := 0
+	// A container is done when it exited and the restart policy will not start it again; only
+	// then may the pod's phase be terminal (virtual-kubelet stops publishing a Failed or Succeeded
+	// pod's status, as the API server expects of a terminal phase).
+	policy := r.pod.Spec.RestartPolicy
+	allReady, allDone, anyFailed := true, true, false
+	started, regular := 0, 0
 	for _, c := range r.containers {
 		cs := c.statusLocked()
 		if c.init {
@@ -519,38 +524,28 @@ func (r *podRuntime) statusLocked() corev1.PodStatus {
 		if !cs.Ready {
 			allReady = false
 		}
-		if cs.State.Running != nil {
-			anyRunning = true
-		}
 		if c.everStarted {
 			started++
 		}
-		if c.willRestart {
-			anyRestarting = true
-		}
-		if cs.State.Terminated == nil || c.willRestart {
+		term := cs.State.Terminated
+		done := term != nil && (policy == corev1.RestartPolicyNever || (policy == corev1.RestartPolicyOnFailure && term.ExitCode == 0))
+		if !done {
 			allDone = false
-		} else if cs.State.Terminated.ExitCode != 0 {
+		} else if term.ExitCode != 0 {
 			anyFailed = true
 		}
 	}
-	if r.phase != corev1.PodFailed || r.reason == "" {
-		switch {
-		case !r.initDone || started == 0:
-			st.Phase = corev1.PodPending
-		case allDone && regular > 0:
-			st.Phase = corev1.PodSucceeded
-			if anyFailed {
-				st.Phase = corev1.PodFailed
-			}
-		case anyRunning || anyRestarting:
-			st.Phase = corev1.PodRunning
-		default:
-			st.Phase = corev1.PodRunning
-		}
-		if r.phase == corev1.PodFailed && r.reason != "" {
-			st.Phase = corev1.PodFailed
-		}
+	switch {
+	case r.phase == corev1.PodFailed && r.reason != "":
+		st.Phase = corev1.PodFailed
+	case !r.initDone || started == 0:
+		st.Phase = corev1.PodPending
+	case allDone && regular > 0 && anyFailed:
+		st.Phase = corev1.PodFailed
+	case allDone && regular > 0:
+		st.Phase = corev1.PodSucceeded
+	default:
+		st.Phase = corev1.PodRunning
 	}
 	ready := allReady && r.initDone && regular > 0
 	notReadyMsg := ""

@@ -19,9 +19,11 @@ var defaultCapabilities = []string{
 	"CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
 
-// hostDirs are the host's folders every container sees, read-only: the programs and libraries of
-// Debian's packages and the host's /etc (with the pod's own hosts, resolv.conf and hostname).
-var hostDirs = []string{"/usr", "/etc"}
+// hostEtc is where the host's /etc is bound, read-only, in every container. The container's own
+// /etc is a folder of the bundle holding a link to each entry there, so that volumes can be
+// mounted under /etc (as an image's writable /etc allows) and the pod's hosts, resolv.conf and
+// hostname replace the host's.
+const hostEtc = "/.host-etc"
 
 // rootLinks are the merged-/usr symlinks of a Debian root.
 var rootLinks = map[string]string{"bin": "usr/bin", "sbin": "usr/sbin", "lib": "usr/lib", "lib64": "usr/lib64"}
@@ -146,6 +148,9 @@ func buildSpec(dir string, in bundleInput) (*specs.Spec, error) {
 			return nil, err
 		}
 	}
+	if err := populateEtc(filepath.Join(rootfs, "etc"), in.mounts); err != nil {
+		return nil, err
+	}
 	readOnlyRoot := c.SecurityContext != nil && c.SecurityContext.ReadOnlyRootFilesystem != nil && *c.SecurityContext.ReadOnlyRootFilesystem
 	noNewPrivs := c.SecurityContext != nil && c.SecurityContext.AllowPrivilegeEscalation != nil && !*c.SecurityContext.AllowPrivilegeEscalation
 	caps := capabilities(c)
@@ -170,7 +175,6 @@ func buildSpec(dir string, in bundleInput) (*specs.Spec, error) {
 				Bounding: caps, Effective: caps, Permitted: caps,
 			},
 			NoNewPrivileges: noNewPrivs,
-			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 65536, Soft: 65536}},
 		},
 		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc"},
@@ -199,9 +203,9 @@ func buildSpec(dir string, in bundleInput) (*specs.Spec, error) {
 			Resources: resources(c),
 		},
 	}
-	for _, d := range hostDirs {
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: d, Type: "bind", Source: d, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
-	}
+	s.Mounts = append(s.Mounts,
+		specs.Mount{Destination: "/usr", Type: "bind", Source: "/usr", Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+		specs.Mount{Destination: hostEtc, Type: "bind", Source: "/etc", Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
 	// The image's programs: a folder over /usr/local/bin with one bound file per program.
 	if len(in.image.Programs) > 0 {
 		binDir := filepath.Join(dir, "image-bin")
@@ -233,6 +237,41 @@ func buildSpec(dir string, in bundleInput) (*specs.Spec, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// populateEtc fills the container's /etc with links into the host's, except the files the pod
+// provides and the top-level folders that volumes are mounted into, which are real folders.
+func populateEtc(etc string, mounts []mountSpec) error {
+	own := map[string]bool{"hosts": true, "resolv.conf": true, "hostname": true}
+	for _, m := range mounts {
+		if rest, ok := strings.CutPrefix(filepath.Clean(m.destination), "/etc/"); ok {
+			own[strings.SplitN(rest, "/", 2)[0]] = true
+		}
+	}
+	entries, err := os.ReadDir("/etc")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if own[e.Name()] {
+			continue
+		}
+		if err := os.Symlink(filepath.Join(hostEtc, e.Name()), filepath.Join(etc, e.Name())); err != nil && !os.IsExist(err) {
+			return err
+		}
+	}
+	for name := range own {
+		if name == "hosts" || name == "resolv.conf" || name == "hostname" {
+			if err := os.WriteFile(filepath.Join(etc, name), nil, 0o644); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Join(etc, name), 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // applySeccomp sets the profile the pod asks for: RuntimeDefault is the Docker/Moby default

@@ -54,24 +54,21 @@ func (r *podRuntime) logs(ctx context.Context, name string, opts api.ContainerLo
 	if err != nil {
 		return nil, err
 	}
+	// As the kubelet: the current log is the newest attempt's (running or exited), --previous
+	// the one before it.
 	r.mu.Lock()
-	number := c.restartCount
+	number := c.lastAttempt
 	running := c.cur
-	if c.cur != nil {
-		number = c.cur.number
-	} else if c.state.Terminated == nil && c.restartCount > 0 {
-		number = c.restartCount - 1 // waiting to restart: the last attempt's log
-	}
 	r.mu.Unlock()
 	if opts.Previous {
-		if running == nil && c.state.Terminated != nil {
-			number = c.restartCount - 1
-		} else {
-			number--
-		}
-		if number < 0 {
+		number--
+		running = nil
+	}
+	if number < 0 {
+		if opts.Previous {
 			return nil, errdefs.InvalidInputf("previous terminated container %q in pod %q not found", name, r.pod.Name)
 		}
+		return nil, errdefs.InvalidInputf("container %q in pod %q is waiting to start", name, r.pod.Name)
 	}
 	path := filepath.Join(r.dir, "logs", c.spec.Name, strconv.Itoa(int(number))+".log")
 	f, err := os.Open(path)
