@@ -57,8 +57,8 @@ func TestClusterLifecycle(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
 	before := clusterProcesses(t, c)
-	if len(before) < 6 {
-		t.Fatalf("expected the running cluster's processes (etcd, apiserver, controller-manager, scheduler, kwok, provisioner), found %d: %v", len(before), before)
+	if len(before) < 11 {
+		t.Fatalf("expected the running cluster's processes (etcd, apiserver, controller-manager, scheduler, kwok, provisioner, kube-proxy, CoreDNS, three node agents), found %d: %v", len(before), before)
 	}
 	if _, err := c.Kubectl(ctx, "create", "namespace", "survives-rerun"); err != nil {
 		t.Fatal(err)
@@ -75,7 +75,28 @@ func TestClusterLifecycle(t *testing.T) {
 		t.Fatalf("data lost by a second up: %v", err)
 	}
 
-	// down leaves no process and no files behind.
+	// A real pod gives down something to clean: a network namespace and veth pair, a memory
+	// emptyDir mount, a runc container and its cgroups.
+	pod := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"leftover","namespace":"survives-rerun"},
+	  "spec":{"terminationGracePeriodSeconds":30,"containers":[{"name":"main","image":"busybox","command":["sh","-c","trap '' TERM; while true; do sleep 1; done"],
+	  "volumeMounts":[{"name":"mem","mountPath":"/mem"}]}],"volumes":[{"name":"mem","emptyDir":{"medium":"Memory","sizeLimit":"4Mi"}}]}}`
+	apply := c.KubectlCmd(ctx, "apply", "-f", "-")
+	apply.Stdin = strings.NewReader(pod)
+	if out, err := apply.CombinedOutput(); err != nil {
+		t.Fatalf("creating a real pod: %v\n%s", err, out)
+	}
+	if _, err := c.Kubectl(ctx, "wait", "-n", "survives-rerun", "--for=condition=Ready", "pod/leftover", "--timeout=90s"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(framework.NodeProcesses(c, "real-a")) + len(framework.NodeProcesses(c, "real-b")) + len(framework.NodeProcesses(c, "real-c")); n == 0 {
+		t.Fatal("the real pod has no process on this machine")
+	}
+	if got := hostState(t, c); !strings.Contains(got, "netns "+c.Name+"-net") || !strings.Contains(got, "mount ") {
+		t.Fatalf("expected the cluster's network namespaces and the pod's mount before down, found:\n%s", got)
+	}
+	rootRules := rootIptables(t)
+
+	// down leaves no process, file, mount, network namespace, link, route, cgroup or rule behind.
 	out = runScript(t, c, "down")
 	t.Logf("down:\n%s", out)
 	if left := clusterProcesses(t, c); len(left) > 0 {
@@ -84,4 +105,79 @@ func TestClusterLifecycle(t *testing.T) {
 	if _, err := os.Stat(c.Dir); !os.IsNotExist(err) {
 		t.Fatalf("cluster folder %s still exists after down (stat: %v)", c.Dir, err)
 	}
+	if left := hostState(t, c); left != "" {
+		t.Fatalf("left on this machine after down:\n%s", left)
+	}
+	for _, node := range framework.RealNodes {
+		if pids := framework.NodeProcesses(c, node); len(pids) > 0 {
+			t.Fatalf("processes of %s's pods left after down: %v", node, pids)
+		}
+	}
+	if after := rootIptables(t); after != rootRules {
+		t.Fatalf("this machine's own iptables rules changed across down:\nbefore:\n%s\nafter:\n%s", rootRules, after)
+	}
+}
+
+// hostState lists what of the cluster exists on this machine outside its folder: network
+// namespaces, links and routes, mounts under its folder, and cgroups.
+func hostState(t *testing.T, c *framework.Cluster) string {
+	t.Helper()
+	var found []string
+	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip netns list: %v: %s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], c.Name+"-net") {
+			found = append(found, "netns "+f[0])
+		}
+	}
+	links, _ := exec.Command("ip", "-o", "link", "show").CombinedOutput()
+	for _, line := range strings.Split(string(links), "\n") {
+		if strings.Contains(line, " cachenet") {
+			found = append(found, "link "+strings.TrimSpace(line))
+		}
+	}
+	routes, _ := exec.Command("ip", "route", "show").CombinedOutput()
+	for _, line := range strings.Split(string(routes), "\n") {
+		if strings.Contains(line, "cachenet") {
+			found = append(found, "route "+line)
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], c.Dir+"/") {
+			found = append(found, "mount "+f[4])
+		}
+	}
+	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/cache-nodes/" + c.Name)
+	for _, cg := range cgroups {
+		found = append(found, "cgroup "+cg)
+	}
+	return strings.Join(found, "\n")
+}
+
+// rootIptables is this machine's own ruleset (counters dropped). The cluster's rules live in its
+// network namespace; the root namespace must not gain any.
+func rootIptables(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("iptables-save").CombinedOutput()
+	if err != nil {
+		t.Fatalf("iptables-save: %v: %s", err, out)
+	}
+	var lines []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		if i := strings.Index(line, " ["); strings.HasPrefix(line, ":") && i > 0 {
+			line = line[:i]
+		}
+		lines = append(lines, line)
+	}
+	rules := strings.Join(lines, "\n")
+	if strings.Contains(rules, "KUBE-") {
+		t.Fatalf("kube-proxy rules in this machine's own iptables:\n%s", rules)
+	}
+	return rules
 }

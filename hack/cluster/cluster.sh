@@ -305,6 +305,7 @@ down() {
 	for cg in /sys/fs/cgroup/*/cache-nodes/"$name" /sys/fs/cgroup/unified/cache-nodes/"$name"; do
 		[[ -d $cg ]] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
 	done
+	rmdir /sys/fs/cgroup/*/cache-nodes 2>/dev/null || true # only when no other cluster uses it
 	rm -rf "$state"
 	log "down"
 }
