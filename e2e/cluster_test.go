@@ -29,15 +29,25 @@ func TestClusterVersionAndNodes(t *testing.T) {
 		t.Fatalf("server reports %q, want v1.37.x", v.GitVersion)
 	}
 	zones := map[string]bool{}
-	framework.Eventually(t, time.Minute, "3 Ready nodes", func() (bool, string, error) {
+	// Three KWOK nodes (type=kwok, tainted) and three real nodes, one of each per zone.
+	framework.Eventually(t, time.Minute, "6 Ready nodes: 3 KWOK, 3 real", func() (bool, string, error) {
 		nodes, err := c.Kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			return false, "", err
 		}
 		var seen []string
-		ready := 0
+		ready, real, kwok := 0, 0, 0
 		for _, n := range nodes.Items {
 			zones[n.Labels["topology.kubernetes.io/zone"]] = true
+			switch n.Labels["type"] {
+			case "real":
+				real++
+			case "kwok":
+				kwok++
+				if len(n.Spec.Taints) == 0 {
+					return false, "", fmt.Errorf("KWOK node %s is not tainted: pods would land on it", n.Name)
+				}
+			}
 			status := "NotReady"
 			for _, cond := range n.Status.Conditions {
 				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
@@ -47,7 +57,7 @@ func TestClusterVersionAndNodes(t *testing.T) {
 			}
 			seen = append(seen, n.Name+"="+status)
 		}
-		return len(nodes.Items) == 3 && ready == 3, strings.Join(seen, ","), nil
+		return real == 3 && kwok == 3 && ready == 6, strings.Join(seen, ","), nil
 	})
 	for _, z := range []string{"a", "b", "c"} {
 		if !zones[z] {

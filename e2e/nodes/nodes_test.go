@@ -4,6 +4,7 @@
 package nodes
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -467,7 +469,11 @@ func TestKubectlStreams(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "nodes-kubectl")
-	p := shellPod("streams", `echo "hello from the pod"; exec redis-server --port 6379 --save '' --appendonly no --protected-mode no`)
+	// The script prints what a test drops into /tmp/say, so that the test can make it write to its
+	// stdout at a moment of its choosing.
+	p := shellPod("streams", `echo "hello from the pod"; (while true; do if [ -f /tmp/say ]; then cat /tmp/say; rm -f /tmp/say; fi; sleep 0.2; done) & exec redis-server --port 6379 --save '' --appendonly no --protected-mode no`)
+	p.Spec.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
 	create(t, c, ns, p)
 	waitPod(t, c, ns, "streams", 90*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	waitLog(t, c, ns, "streams", "hello from the pod")
@@ -494,13 +500,48 @@ func TestKubectlStreams(t *testing.T) {
 		out, err := exec.CommandContext(cctx, "redis-cli", "-h", "127.0.0.1", "-p", strconv.Itoa(port), "ping").CombinedOutput()
 		return strings.TrimSpace(string(out)) == "PONG", string(out), err
 	})
-	// logs -f follows new output: the crash helper restarts the container, and the new run's
-	// first line shows up.
+	// logs -f follows new output: a line written to the container's stdout after the stream
+	// opened arrives on it.
+	follow := c.KubectlCmd(pfCtx, "logs", "-f", "-n", ns, "streams")
+	var followed syncBuffer
+	follow.Stdout = &followed
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 20*time.Second, "logs -f to show the earlier output", func() (bool, string, error) {
+		return strings.Contains(followed.String(), "hello from the pod"), followed.String(), nil
+	})
+	if _, err := c.Exec(ctx, ns, "streams", "", "sh", "-c", "echo followed-line > /tmp/say"); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 20*time.Second, "logs -f to show a new line", func() (bool, string, error) {
+		return strings.Contains(followed.String(), "followed-line"), followed.String(), nil
+	})
+
+	// A crash (SIGKILL) restarts the container with exit code 137 recorded.
 	c.CrashContainer(t, get(t, c, ns, "streams"), "main")
 	waitPod(t, c, ns, "streams", 60*time.Second, "restarted after a crash", func(p *corev1.Pod) bool {
 		cs := p.Status.ContainerStatuses
 		return len(cs) == 1 && cs[0].RestartCount >= 1 && cs[0].LastTerminationState.Terminated != nil && cs[0].LastTerminationState.Terminated.ExitCode == 137
 	})
+}
+
+// syncBuffer is a bytes.Buffer safe for a command writing while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func freePort(t *testing.T) int {
