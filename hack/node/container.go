@@ -38,7 +38,6 @@ type containerState struct {
 	ready        bool
 	started      bool
 	everStarted  bool
-	willRestart  bool
 	imageID      string
 	// lastAttempt is the number of the newest attempt (its log is the current log); -1 before any.
 	lastAttempt int32
@@ -137,10 +136,6 @@ func (r *podRuntime) supervise(c *containerState) {
 			restart = true
 		}
 		if !restart || r.isStopping() {
-			r.mu.Lock()
-			c.willRestart = false
-			r.mu.Unlock()
-			r.publish()
 			return
 		}
 		if !r.backoff(c, &backoff, time.Since(start)) {
@@ -154,9 +149,6 @@ func (r *podRuntime) backoff(c *containerState, delay *time.Duration, ran time.D
 	if ran >= backoffReset {
 		*delay = 0
 	}
-	r.mu.Lock()
-	c.willRestart = true
-	r.mu.Unlock()
 	if *delay > 0 {
 		r.mu.Lock()
 		c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
@@ -315,7 +307,6 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 	c.cur = a
 	c.lastAttempt = a.number
 	c.everStarted = true
-	c.willRestart = false
 	c.started = c.spec.StartupProbe == nil
 	c.ready = c.spec.ReadinessProbe == nil && c.started && !c.init
 	r.mu.Unlock()
@@ -339,7 +330,7 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 	}()
 	if c.spec.Lifecycle != nil && c.spec.Lifecycle.PostStart != nil {
 		go func() {
-			if err := r.runHandler(attemptCtx, c, a, c.spec.Lifecycle.PostStart, 0); err != nil {
+			if err := r.runHandler(attemptCtx, c, a, c.spec.Lifecycle.PostStart); err != nil {
 				r.event(corev1.EventTypeWarning, "FailedPostStartHook", fmt.Sprintf("container %s: %v", c.spec.Name, err))
 				r.stopAttempt(c, a, "FailedPostStartHook", 0)
 			}
@@ -428,7 +419,7 @@ func (r *podRuntime) stopAttempt(c *containerState, a *attempt, why string, grac
 		deadline := time.Now().Add(grace)
 		if grace > 0 && c.spec.Lifecycle != nil && c.spec.Lifecycle.PreStop != nil {
 			ctx, cancel := context.WithDeadline(context.Background(), deadline)
-			if err := r.runHandler(ctx, c, a, c.spec.Lifecycle.PreStop, grace); err != nil {
+			if err := r.runHandler(ctx, c, a, c.spec.Lifecycle.PreStop); err != nil {
 				r.event(corev1.EventTypeWarning, "FailedPreStopHook", fmt.Sprintf("container %s: %v", c.spec.Name, err))
 			}
 			cancel()

@@ -85,8 +85,6 @@ func unsupported(pod *corev1.Pod) string {
 		return "spec.runtimeClassName is not supported: the only runtime is runc"
 	case s.OS != nil && s.OS.Name != corev1.Linux:
 		return fmt.Sprintf("spec.os.name %q is not supported", s.OS.Name)
-	case len(s.HostAliases) > 0 && false:
-		return ""
 	}
 	if sc := s.SecurityContext; sc != nil {
 		if sc.SELinuxOptions != nil {
@@ -254,7 +252,7 @@ func (r *podRuntime) isStopping() bool {
 // retry runs step until it succeeds or the pod stops; failures show as the containers' waiting
 // message (ContainerCreating), as the kubelet shows a FailedMount.
 func (r *podRuntime) retry(what string, step func(context.Context) error) bool {
-	backoff := time.Second
+	backoff := 250 * time.Millisecond // a claim binds within a second or two: look again soon
 	for {
 		ctx := r.stoppedCtx()
 		err := step(ctx)
@@ -275,7 +273,7 @@ func (r *podRuntime) retry(what string, step func(context.Context) error) bool {
 			return false
 		case <-time.After(backoff):
 		}
-		if backoff < 16*time.Second {
+		if backoff < 8*time.Second {
 			backoff *= 2
 		}
 	}

@@ -252,7 +252,7 @@ func resolvePort(c *corev1.Container, p intstr.IntOrString) (int, error) {
 }
 
 // runHandler runs a lifecycle hook (postStart or preStop): exec, httpGet, tcpSocket or sleep.
-func (r *podRuntime) runHandler(ctx context.Context, c *containerState, a *attempt, h *corev1.LifecycleHandler, budget time.Duration) error {
+func (r *podRuntime) runHandler(ctx context.Context, c *containerState, a *attempt, h *corev1.LifecycleHandler) error {
 	switch {
 	case h.Exec != nil:
 		return r.execProbe(ctx, a, h.Exec.Command)

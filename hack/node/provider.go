@@ -46,7 +46,6 @@ type Config struct {
 
 // Provider implements virtual-kubelet's pod lifecycle on this machine: one podRuntime per pod UID.
 type Provider struct {
-	ctx context.Context
 	cfg Config
 
 	mu     sync.Mutex
@@ -67,7 +66,7 @@ func NewProvider(ctx context.Context, cfg Config) *Provider {
 		broadcaster.Shutdown()
 	}()
 	return &Provider{
-		ctx: ctx, cfg: cfg, pods: map[types.UID]*podRuntime{}, byName: map[string]types.UID{},
+		cfg: cfg, pods: map[types.UID]*podRuntime{}, byName: map[string]types.UID{},
 		recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "node-agent", Host: cfg.NodeName}),
 	}
 }

@@ -135,7 +135,7 @@ func streamLog(ctx context.Context, f *os.File, w io.Writer, opts api.ContainerL
 	}
 	br := bufio.NewReader(f)
 	// tail: read everything once, keep the last N lines.
-	if opts.Tail > 0 || (opts.Tail == 0 && false) {
+	if opts.Tail > 0 {
 		var lines []string
 		for {
 			line, err := br.ReadString('\n')
