@@ -191,7 +191,7 @@ up() {
 	done
 	mkdir -p "$state"
 	local start=$SECONDS
-	net_up
+	if [[ ${REAL_NODES:-1} == 1 ]]; then net_up; fi
 	write_kwokctl_config
 	local -a extra=()
 	[[ ${DISABLE_QPS_LIMITS:-} == 1 ]] && extra+=(--disable-qps-limits)
