@@ -385,6 +385,30 @@ func TestProbes(t *testing.T) {
 		return !ok, seen, err
 	})
 
+	// An HTTP readiness probe behind a startup probe: python3's file server answers 404 for
+	// /ready until the file exists, then 200.
+	web := shellPod("web", "mkdir -p /tmp/www && exec python3 -m http.server 8080 --bind 0.0.0.0 --directory /tmp/www")
+	web.Spec.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	web.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
+	web.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}
+	web.Spec.Containers[0].StartupProbe = &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("http")}},
+		PeriodSeconds: 1, FailureThreshold: 30,
+	}
+	web.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("http")}},
+		PeriodSeconds: 1, FailureThreshold: 1,
+	}
+	create(t, c, ns, web)
+	waitPod(t, c, ns, "web", 60*time.Second, "started (startup probe passed) but not Ready (HTTP 404)", func(p *corev1.Pod) bool {
+		cs := p.Status.ContainerStatuses
+		return len(cs) == 1 && cs[0].Started != nil && *cs[0].Started && !podReady(p)
+	})
+	if _, err := c.Exec(ctx, ns, "web", "", "touch", "/tmp/www/ready"); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, ns, "web")
+
 	// A failing liveness probe restarts the container; logs --previous shows the earlier run.
 	live := shellPod("live", `echo "run started"; sleep 3600`)
 	live.Spec.Containers[0].LivenessProbe = &corev1.Probe{
@@ -557,8 +581,15 @@ func TestGracefulTermination(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "nodes-term")
-	// This container sees SIGTERM, says so, and exits after 1 s.
-	create(t, c, ns, shellPod("polite", `trap 'echo "got SIGTERM"; sleep 1; exit 0' TERM; echo started; while true; do sleep 0.2; done`))
+	// This container's preStop hook leaves a file that its SIGTERM handler prints: the hook ran
+	// first. It then exits after 1 s.
+	polite := shellPod("polite", `trap 'cat /tmp/prestop; echo "got SIGTERM"; sleep 1; exit 0' TERM; echo started; while true; do sleep 0.2; done`)
+	polite.Spec.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	polite.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
+	polite.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+		Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "echo preStop-ran > /tmp/prestop"}},
+	}}
+	create(t, c, ns, polite)
 	// This one ignores SIGTERM: it must be killed when its 3 s grace period ends, not before.
 	stubborn := shellPod("stubborn", `trap '' TERM; echo started; while true; do sleep 0.2; done`)
 	stubborn.Spec.TerminationGracePeriodSeconds = ptr[int64](3)
@@ -574,7 +605,7 @@ func TestGracefulTermination(t *testing.T) {
 		if err != nil {
 			return false, out, err
 		}
-		return strings.Contains(out, "got SIGTERM"), out, nil
+		return strings.Contains(out, "preStop-ran\ngot SIGTERM"), out, nil
 	})
 
 	start := time.Now()
