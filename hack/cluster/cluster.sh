@@ -170,6 +170,20 @@ start_node() { # start_node real-a
 		--client-ca "$pki/ca.crt" --cgroup-parent "/cache-nodes/$name/$node"
 }
 
+# wait_node NODE: the node's agent runs and its Node is Ready; otherwise show the agent's log.
+wait_node() {
+	local node=$1 deadline=$((SECONDS + 60))
+	until "${kubectl[@]}" get node "$node" >/dev/null 2>&1 &&
+		[[ $("${kubectl[@]}" get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]; do
+		if ! pid_alive "$state/$node.pid" || ((SECONDS >= deadline)); then
+			log "node $node did not become Ready; last lines of $state/$node.log:"
+			tail -n 5 "$state/$node.log" >&2
+			return 1
+		fi
+		sleep 0.5
+	done
+}
+
 # stop_node NODE: what a node failure does: the agent dies, and every process of its pods with it.
 stop_node() {
 	local node=$1 dir=$state/nodes/$1 id
@@ -239,6 +253,7 @@ COREFILE
 		start_bg coredns ip netns exec "$netns" "$bin/coredns" -conf "$state/Corefile"
 		local n
 		for n in "${real_nodes[@]}"; do start_node "real-$n"; done
+		for n in "${real_nodes[@]}"; do wait_node "real-$n"; done
 	fi
 	"${kubectl[@]}" wait --for=condition=Ready node --all --timeout=90s >/dev/null
 	wait_for 60 "the default ServiceAccount" "${kubectl[@]}" get serviceaccount default -n default
@@ -314,6 +329,6 @@ case ${1:-} in
 up) up ;;
 down) down ;;
 stop-node) stop_node "${2:?node name}" ;;
-start-node) start_node "${2:?node name}" ;;
+start-node) start_node "${2:?node name}" && wait_node "$2" ;;
 *) echo "usage: $0 up|down|stop-node NODE|start-node NODE" >&2; exit 2 ;;
 esac
