@@ -2,9 +2,10 @@
 //
 // It serves the StorageClass "standard" (provisioner name cache-operator.local/hostpath): every
 // pending PersistentVolumeClaim of that class gets a hostPath PersistentVolume backed by a folder
-// under --root, and that folder is removed when the volume is released. KWOK pods never mount the
-// volumes; what matters is that claims bind, as they would on a real cluster, so StatefulSets with
-// volumeClaimTemplates become Ready. It is a development tool, not a production provisioner.
+// under --root, and that folder is removed when the volume is released. The real nodes
+// (hack/node) mount that folder into their pods, so data outlives a pod; KWOK pods never mount it,
+// but their claims bind as on a real cluster. It is a development tool, not a production
+// provisioner.
 package main
 
 import (
