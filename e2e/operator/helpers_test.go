@@ -83,7 +83,11 @@ func startOperator(t *testing.T, c *framework.Cluster, args ...string) *operator
 		t.Fatal(err)
 	}
 	// Port 9444: a `make up` operator may hold 9443 on this machine.
-	cmd := exec.Command(binary, append([]string{"--kubeconfig", c.Kubeconfig, "-v=3", "--webhook-port=" + webhookPort}, args...)...)
+	// Metrics and probes on free ports unless args say otherwise (a later flag wins): replicas
+	// of one test, and a `make up` operator, would otherwise share :8080 and :8081, and a server
+	// that cannot listen ends the operator.
+	cmd := exec.Command(binary, append([]string{"--kubeconfig", c.Kubeconfig, "-v=3", "--webhook-port=" + webhookPort,
+		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, args...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting the operator: %v", err)

@@ -70,8 +70,10 @@ type Config struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
-// Run runs the operator until ctx ends (SIGTERM) or it loses the lease.
-func Run(ctx context.Context, cfg Config) error {
+// Run runs the operator until ctx ends (SIGTERM) or it loses the lease. A server that fails
+// (webhooks, metrics, probes) stops the operator, and Run returns that server's error, so the
+// process exits non-zero.
+func Run(ctx context.Context, cfg Config) (err error) {
 	rc := cfg.RESTConfig
 	if rc == nil {
 		var err error
@@ -114,9 +116,25 @@ func Run(ctx context.Context, cfg Config) error {
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The first server failure ends the run and is what Run returns.
+	var failOnce sync.Once
+	var failed error
+	fail := func(err error) {
+		failOnce.Do(func() {
+			failed = err
+			cancel()
+		})
+	}
+	defer func() {
+		cancel()
+		wg.Wait()
+		if failed != nil {
+			err = failed
+		}
+	}()
 	var synced atomic.Bool
-	serve(ctx, &wg, "metrics", cfg.MetricsAddr, metricsMux())
-	serve(ctx, &wg, "health", cfg.HealthAddr, healthMux(func() error {
+	serve(ctx, &wg, fail, "metrics", cfg.MetricsAddr, metricsMux())
+	serve(ctx, &wg, fail, "health", cfg.HealthAddr, healthMux(func() error {
 		switch {
 		case !hooks.IsReady():
 			return errors.New("webhooks not serving yet")
@@ -130,7 +148,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer wg.Done()
 		if err := hooks.Run(ctx); err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "Webhook server stopped; shutting down")
-			cancel()
+			fail(fmt.Errorf("webhook server: %w", err))
 		}
 	}()
 	// The informers read v2, which the conversion webhook serves: start them once it is up.
@@ -221,8 +239,9 @@ func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, ctrl
 	return nil
 }
 
-// serve runs an HTTP server on addr until ctx ends ("" or "0": disabled).
-func serve(ctx context.Context, wg *sync.WaitGroup, name, addr string, h http.Handler) {
+// serve runs an HTTP server on addr until ctx ends ("" or "0": disabled); a failure to serve is
+// passed to fail.
+func serve(ctx context.Context, wg *sync.WaitGroup, fail func(error), name, addr string, h http.Handler) {
 	if addr == "" || addr == "0" {
 		return
 	}
@@ -232,7 +251,8 @@ func serve(ctx context.Context, wg *sync.WaitGroup, name, addr string, h http.Ha
 		defer wg.Done()
 		klog.InfoS("Serving", "endpoint", name, "address", addr)
 		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.ErrorS(err, "Server failed", "endpoint", name)
+			klog.ErrorS(err, "Server failed; shutting down", "endpoint", name)
+			fail(fmt.Errorf("%s server: %w", name, err))
 		}
 	}()
 	go func() {
