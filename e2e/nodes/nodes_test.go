@@ -54,6 +54,12 @@ func shellPod(name, script string) *corev1.Pod {
 	}
 }
 
+// withTmp gives a pod's first container a writable /tmp (an emptyDir): its root is read-only.
+func withTmp(p *corev1.Pod) {
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"})
+}
+
 func create(t *testing.T, c *framework.Cluster, ns string, pod *corev1.Pod) {
 	t.Helper()
 	if _, err := c.Kube.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
@@ -113,6 +119,11 @@ func waitPod(t *testing.T, c *framework.Cluster, ns, name string, timeout time.D
 		return cond(p), describe(p), nil
 	})
 	return last
+}
+
+func waitRunning(t *testing.T, c *framework.Cluster, ns, name string) *corev1.Pod {
+	t.Helper()
+	return waitPod(t, c, ns, name, 90*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 }
 
 func waitReady(t *testing.T, c *framework.Cluster, ns, name string) *corev1.Pod {
@@ -263,7 +274,7 @@ func TestVolumesAndEnv(t *testing.T) {
 		return p
 	}
 	create(t, c, ns, pod("vol-1"))
-	p := waitPod(t, c, ns, "vol-1", 90*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	p := waitRunning(t, c, ns, "vol-1")
 
 	exec := func(pod string, cmd string) string {
 		t.Helper()
@@ -324,7 +335,7 @@ func TestVolumesAndEnv(t *testing.T) {
 		return apierrors.IsNotFound(err), fmt.Sprint(err), nil
 	})
 	create(t, c, ns, pod("vol-2"))
-	waitPod(t, c, ns, "vol-2", 90*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	waitRunning(t, c, ns, "vol-2")
 	if got := exec("vol-2", "cat /data/file"); got != "persisted" {
 		t.Errorf("PVC data after the pod was replaced: got %q", got)
 	}
@@ -335,8 +346,7 @@ func TestProbes(t *testing.T) {
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "nodes-probe")
 	p := shellPod("ready", "sleep 3600")
-	p.Spec.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
-	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
+	withTmp(p)
 	p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
 		ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/tmp/ready"}}},
 		PeriodSeconds: 1, FailureThreshold: 1,
@@ -388,8 +398,7 @@ func TestProbes(t *testing.T) {
 	// An HTTP readiness probe behind a startup probe: python3's file server answers 404 for
 	// /ready until the file exists, then 200.
 	web := shellPod("web", "mkdir -p /tmp/www && exec python3 -m http.server 8080 --bind 0.0.0.0 --directory /tmp/www")
-	web.Spec.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
-	web.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
+	withTmp(web)
 	web.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}
 	web.Spec.Containers[0].StartupProbe = &corev1.Probe{
 		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("http")}},
@@ -439,8 +448,8 @@ func TestNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	create(t, c, ns, shellPod("client", "sleep 3600"))
-	srv := waitPod(t, c, ns, "server", 90*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
-	waitPod(t, c, ns, "client", 90*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	srv := waitRunning(t, c, ns, "server")
+	waitRunning(t, c, ns, "client")
 	ip := net.ParseIP(srv.Status.PodIP)
 	if ip == nil || !strings.HasPrefix(srv.Status.PodIP, "198.18.") {
 		t.Fatalf("pod IP %q is not in 198.18.0.0/15", srv.Status.PodIP)
@@ -496,10 +505,9 @@ func TestKubectlStreams(t *testing.T) {
 	// The script prints what a test drops into /tmp/say, so that the test can make it write to its
 	// stdout at a moment of its choosing.
 	p := shellPod("streams", `echo "hello from the pod"; (while true; do if [ -f /tmp/say ]; then cat /tmp/say; rm -f /tmp/say; fi; sleep 0.2; done) & exec redis-server --port 6379 --save '' --appendonly no --protected-mode no`)
-	p.Spec.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
-	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
+	withTmp(p)
 	create(t, c, ns, p)
-	waitPod(t, c, ns, "streams", 90*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	waitRunning(t, c, ns, "streams")
 	waitLog(t, c, ns, "streams", "hello from the pod")
 	if out, err := c.Exec(ctx, ns, "streams", "", "redis-cli", "ping"); err != nil || strings.TrimSpace(out) != "PONG" {
 		t.Fatalf("kubectl exec redis-cli ping: %q %v", out, err)
@@ -584,8 +592,7 @@ func TestGracefulTermination(t *testing.T) {
 	// This container's preStop hook leaves a file that its SIGTERM handler prints: the hook ran
 	// first. It then exits after 1 s.
 	polite := shellPod("polite", `trap 'cat /tmp/prestop; echo "got SIGTERM"; sleep 1; exit 0' TERM; echo started; while true; do sleep 0.2; done`)
-	polite.Spec.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
-	polite.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
+	withTmp(polite)
 	polite.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
 		Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "echo preStop-ran > /tmp/prestop"}},
 	}}
@@ -637,7 +644,7 @@ func TestStoppedNodeGoesNotReady(t *testing.T) {
 	p := shellPod("victim", "sleep 3600")
 	p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "real-c"}
 	create(t, c, ns, p)
-	p = waitPod(t, c, ns, "victim", 90*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	p = waitRunning(t, c, ns, "victim")
 	c.StopNode(t, "real-c")
 	start := time.Now()
 	framework.Eventually(t, 90*time.Second, "node real-c NotReady", func() (bool, string, error) {

@@ -253,8 +253,8 @@ func (r *podRuntime) isStopping() bool {
 // message (ContainerCreating), as the kubelet shows a FailedMount.
 func (r *podRuntime) retry(what string, step func(context.Context) error) bool {
 	backoff := 250 * time.Millisecond // a claim binds within a second or two: look again soon
+	ctx := r.stoppedCtx()
 	for {
-		ctx := r.stoppedCtx()
 		err := step(ctx)
 		if err == nil {
 			return true
