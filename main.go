@@ -13,12 +13,14 @@ import (
 	"syscall"
 	"time"
 
-	"example.com/cache-operator/engine"
-	"example.com/cache-operator/engine/app"
-	"example.com/cache-operator/engine/webhook"
-	"example.com/cache-operator/templates"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/app"
+	"example.com/cache-operator/engine/render"
+	"example.com/cache-operator/engine/webhook"
+	"example.com/cache-operator/templates"
 )
 
 func main() {
@@ -28,6 +30,7 @@ func main() {
 	templatesDir := flag.String("templates-dir", "", "render children from this folder instead of the embedded templates")
 	redisRepo := flag.String("image-repository", "redis", "image repository of engine redis; the tag is the engine version")
 	valkeyRepo := flag.String("valkey-image-repository", "valkey/valkey", "image repository of engine valkey")
+	clusterDomain := flag.String("cluster-domain", api.DefaultClusterDomain, "the cluster's DNS domain, in the names of Services and members")
 	flag.IntVar(&cfg.Controller.Workers, "workers", 4, "caches reconciled in parallel")
 	qps := flag.Float64("kube-api-qps", 50, "client-side limit of API requests per second")
 	flag.IntVar(&cfg.Burst, "kube-api-burst", 100, "client-side burst of API requests")
@@ -49,7 +52,8 @@ func main() {
 	flag.Parse()
 
 	cfg.QPS = float32(*qps)
-	cfg.Controller.Images = engine.ImageRepositories{"redis": *redisRepo, "valkey": *valkeyRepo}
+	cfg.Controller.Render.Images = render.ImageRepositories{"redis": *redisRepo, "valkey": *valkeyRepo}
+	cfg.Controller.Render.ClusterDomain, cfg.Webhook.ClusterDomain = *clusterDomain, *clusterDomain
 	cfg.Templates = fs.FS(templates.FS)
 	if *templatesDir != "" {
 		cfg.Templates = os.DirFS(*templatesDir)

@@ -1,13 +1,14 @@
-// Package engine is the ManagedCache operator: it renders a ManagedCache into its children from
-// the templates, compares each child with the live object from an informer cache, applies only
-// what drifted (server-side apply, one field manager), and keeps the cache's status conditions.
+// Package engine holds the ManagedCache operator, one package per concern. It has no code of its
+// own; read the packages in this order:
 //
-// It works on unstructured.Unstructured objects through the dynamic client and dynamic
-// informers, with no generated types, and deliberately without controller-runtime: the operator
-// needs one workqueue of ManagedCache keys, a handful of informers and an apply loop, all of which
-// client-go provides directly, and owning them keeps every API request visible (a reconcile of a
-// cache that is already right makes none).
-//
-// What it is not for: it does not run Redis, talk to Redis, or manage anything outside the
-// cluster (the finalizer's cleanup hooks are where such work would plug in).
+//   - api: the ManagedCache API as the operator sees it (names, labels, port, a cache's spec with
+//     the CRD's defaults, validated);
+//   - render: the templates/ folder rendered into a cache's children;
+//   - ssa: drift check and server-side apply of unstructured objects, with no knowledge of
+//     ManagedCaches;
+//   - controller: the reconcile loop that ties them together (informers, one queue of cache keys,
+//     ownership, the password Secret, status conditions, the finalizer);
+//   - metrics: the Prometheus registry;
+//   - conversion, admission, webhook: the API server's conversion and validating webhooks;
+//   - app: one process wiring all of the above, with leader election.
 package engine

@@ -4,7 +4,7 @@ here: the container appends it from the Secret at start, so it never appears in 
 The StatefulSet's pod template carries a checksum of this text, so a change rolls the pods.
 */}}
 {{- define "redis.conf" -}}
-port 6379
+port {{ .Port }}
 bind * -::*
 protected-mode no
 dir /data

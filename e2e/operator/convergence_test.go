@@ -14,14 +14,16 @@ import (
 	"testing"
 	"time"
 
-	"example.com/cache-operator/e2e/framework"
-	"example.com/cache-operator/engine"
-	"example.com/cache-operator/engine/app"
-	"example.com/cache-operator/engine/webhook"
-	"example.com/cache-operator/templates"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/e2e/framework"
+	"example.com/cache-operator/engine/app"
+	"example.com/cache-operator/engine/controller"
+	"example.com/cache-operator/engine/render"
+	"example.com/cache-operator/engine/webhook"
+	"example.com/cache-operator/templates"
 )
 
 // TestCrashConvergence creates 20 caches at once and kills the operator with SIGKILL at several
@@ -148,13 +150,13 @@ func TestNoOpReconcileMakesNoRequests(t *testing.T) {
 	counter := &countingTransport{}
 	rc := rest.CopyConfig(c.Config)
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
-	started := make(chan *engine.Controller, 1)
+	started := make(chan *controller.Controller, 1)
 	done := make(chan error, 1)
 	go func() {
 		done <- app.Run(ctx, app.Config{
-			RESTConfig: rc, OnStarted: func(c *engine.Controller) { started <- c },
+			RESTConfig: rc, OnStarted: func(c *controller.Controller) { started <- c },
 			Templates: templates.FS, QPS: 200, Burst: 400, Namespace: "cache-operator-system", Identity: "inprocess",
-			Controller: engine.Options{Images: engine.DefaultImageRepositories(), Workers: 2},
+			Controller: controller.Options{Render: render.DefaultConfig(), Workers: 2},
 			Webhook: webhook.Options{Port: 9444, Endpoint: webhook.Endpoint{URL: "https://127.0.0.1:9444"}, Namespace: "cache-operator-system",
 				SecretName: "cache-operator-webhook-tls", CertLifetime: 365 * 24 * time.Hour},
 		})
@@ -165,7 +167,7 @@ func TestNoOpReconcileMakesNoRequests(t *testing.T) {
 			t.Errorf("in-process operator: %v", err)
 		}
 	})
-	var ctrl *engine.Controller
+	var ctrl *controller.Controller
 	select {
 	case ctrl = <-started:
 	case err := <-done:

@@ -6,12 +6,13 @@ import (
 	"io"
 	"net/http"
 
-	"example.com/cache-operator/engine/conversion"
 	admissionv1 "k8s.io/api/admission/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/engine/conversion"
 )
 
 // AnnotationsLookup returns the annotations of the ManagedCache namespace/name from the operator's

@@ -19,8 +19,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"example.com/cache-operator/engine"
-	"example.com/cache-operator/engine/webhook"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,10 +34,13 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-)
 
-// FieldManager is the operator's field manager and user agent stem.
-const FieldManager = "cache-operator"
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/controller"
+	"example.com/cache-operator/engine/metrics"
+	"example.com/cache-operator/engine/render"
+	"example.com/cache-operator/engine/webhook"
+)
 
 // LeaseName is the coordination.k8s.io Lease the replicas elect a leader with.
 const LeaseName = "cache-operator"
@@ -51,11 +52,11 @@ type Config struct {
 	// RESTConfig, when set, is used instead of Kubeconfig (tests wrap its transport).
 	RESTConfig *rest.Config
 	// OnStarted, when set, is called with the controller once its caches have synced.
-	OnStarted func(*engine.Controller)
+	OnStarted func(*controller.Controller)
 	// Templates are the children's templates.
 	Templates fs.FS
-	// Controller tunes the controller (FieldManager is set by Run).
-	Controller engine.Options
+	// Controller tunes the controller.
+	Controller controller.Options
 	// QPS and Burst are the client-side rate limit.
 	QPS   float32
 	Burst int
@@ -83,8 +84,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	rc = rest.CopyConfig(rc)
 	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
-	rc.UserAgent = FieldManager + "/" + cfg.Identity
-	renderer, err := engine.NewRenderer(cfg.Templates)
+	rc.UserAgent = api.FieldManager + "/" + cfg.Identity
+	renderer, err := render.NewRenderer(cfg.Templates)
 	if err != nil {
 		return fmt.Errorf("templates: %w", err)
 	}
@@ -100,10 +101,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: api.FieldManager})
 
-	cfg.Controller.FieldManager = FieldManager
-	ctrl, err := engine.New(dyn, mapper, renderer, recorder, cfg.Controller)
+	ctrl, err := controller.New(dyn, mapper, renderer, recorder, cfg.Controller)
 	if err != nil {
 		return fmt.Errorf("building controller: %w", err)
 	}
@@ -174,7 +174,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 }
 
 // runElected reconciles while this replica holds the lease.
-func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, ctrl *engine.Controller) error {
+func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, ctrl *controller.Controller) error {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: LeaseName},
 		Client:     kube.CoordinationV1(),
@@ -266,7 +266,7 @@ func serve(ctx context.Context, wg *sync.WaitGroup, fail func(error), name, addr
 
 func metricsMux() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(engine.Metrics, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
 	return mux
 }
 

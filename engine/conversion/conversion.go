@@ -13,10 +13,11 @@ package conversion
 import (
 	"bytes"
 	"encoding/json"
-	"example.com/cache-operator/engine/internal/jsonvalue"
 	"fmt"
 	"math"
 	"reflect"
+
+	"example.com/cache-operator/engine/internal/jsonvalue"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )

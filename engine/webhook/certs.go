@@ -21,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/engine/api"
 )
 
 // Keys of the webhook TLS Secret.
@@ -73,14 +75,14 @@ func (c *certs) ensure(ctx context.Context, now time.Time) (bool, error) {
 		if apierrors.IsNotFound(err) {
 			secret = &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: c.namespace,
-					Labels: map[string]string{"app.kubernetes.io/name": "cache-operator", "app.kubernetes.io/component": "webhook"}},
+					Labels: map[string]string{api.LabelName: api.FieldManager, "app.kubernetes.io/component": "webhook"}},
 				Type: corev1.SecretTypeTLS,
 				Data: map[string][]byte{},
 			}
 			if !c.renew(secret, now) {
 				return false, fmt.Errorf("generating webhook certificates failed")
 			}
-			created, err := secrets.Create(ctx, secret, metav1.CreateOptions{FieldManager: "cache-operator"})
+			created, err := secrets.Create(ctx, secret, metav1.CreateOptions{FieldManager: api.FieldManager})
 			if apierrors.IsAlreadyExists(err) {
 				continue // another replica was first: use its certificates
 			}
@@ -98,7 +100,7 @@ func (c *certs) ensure(ctx context.Context, now time.Time) (bool, error) {
 			updated.Data = map[string][]byte{}
 		}
 		if c.renew(updated, now) {
-			secret, err = secrets.Update(ctx, updated, metav1.UpdateOptions{FieldManager: "cache-operator"})
+			secret, err = secrets.Update(ctx, updated, metav1.UpdateOptions{FieldManager: api.FieldManager})
 			if apierrors.IsConflict(err) {
 				continue // another replica renewed first: read what it wrote
 			}

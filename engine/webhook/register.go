@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"example.com/cache-operator/engine/api"
 )
 
 // Names of what the operator registers.
@@ -64,7 +66,7 @@ const matchCondition = `has(request.subResource) && request.subResource == 'scal
 // would default set explicitly, so that comparing it with the live object finds no false drift.
 func desiredWebhookConfig(e Endpoint, caBundle []byte) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	return &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: WebhookConfigName, Labels: map[string]string{"app.kubernetes.io/name": "cache-operator"}},
+		ObjectMeta: metav1.ObjectMeta{Name: WebhookConfigName, Labels: map[string]string{api.LabelName: api.FieldManager}},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 			Name:         ValidatingWebhook,
 			ClientConfig: e.clientConfig(ValidatePath, caBundle),
@@ -121,7 +123,7 @@ func registerConversion(ctx context.Context, dyn dynamic.Interface, e Endpoint, 
 		"strategy": "Webhook",
 		"webhook":  map[string]interface{}{"conversionReviewVersions": []string{"v1"}, "clientConfig": patchCC},
 	}}})
-	if _, err := dyn.Resource(crdGVR).Patch(ctx, CRDName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "cache-operator"}); err != nil {
+	if _, err := dyn.Resource(crdGVR).Patch(ctx, CRDName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager}); err != nil {
 		return fmt.Errorf("CustomResourceDefinition/%s: setting the conversion webhook: %w", CRDName, err)
 	}
 	klog.InfoS("Registered the conversion webhook", "crd", CRDName)
@@ -129,11 +131,11 @@ func registerConversion(ctx context.Context, dyn dynamic.Interface, e Endpoint, 
 }
 
 func registerValidation(ctx context.Context, kube kubernetes.Interface, e Endpoint, caBundle []byte) error {
-	api := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	hooks := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	want := desiredWebhookConfig(e, caBundle)
-	live, err := api.Get(ctx, WebhookConfigName, metav1.GetOptions{})
+	live, err := hooks.Get(ctx, WebhookConfigName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		if _, err := api.Create(ctx, want, metav1.CreateOptions{FieldManager: "cache-operator"}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := hooks.Create(ctx, want, metav1.CreateOptions{FieldManager: api.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("ValidatingWebhookConfiguration/%s: %w", WebhookConfigName, err)
 		}
 		klog.InfoS("Registered the validating webhook", "config", WebhookConfigName)
@@ -146,7 +148,7 @@ func registerValidation(ctx context.Context, kube kubernetes.Interface, e Endpoi
 		return nil
 	}
 	want.ResourceVersion = live.ResourceVersion
-	if _, err := api.Update(ctx, want, metav1.UpdateOptions{FieldManager: "cache-operator"}); err != nil {
+	if _, err := hooks.Update(ctx, want, metav1.UpdateOptions{FieldManager: api.FieldManager}); err != nil {
 		return fmt.Errorf("ValidatingWebhookConfiguration/%s: %w", WebhookConfigName, err)
 	}
 	klog.InfoS("Updated the validating webhook", "config", WebhookConfigName)

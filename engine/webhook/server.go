@@ -16,11 +16,13 @@ import (
 	"net/url"
 	"time"
 
-	"example.com/cache-operator/engine/admission"
-	"example.com/cache-operator/engine/conversion"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/engine/admission"
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/conversion"
 )
 
 // Options configure the webhook server.
@@ -33,6 +35,8 @@ type Options struct {
 	Namespace, SecretName string
 	// ReusePort lets several processes on one host share the port (SO_REUSEPORT, Linux).
 	ReusePort bool
+	// ClusterDomain is the cluster's DNS domain, for the certificate's Service names.
+	ClusterDomain string
 	// CertLifetime is the serving certificate's lifetime (the CA's is ten times longer). Both
 	// are renewed when a third of their lifetime is left.
 	CertLifetime time.Duration
@@ -50,6 +54,9 @@ type Server struct {
 
 // New returns a webhook server; lookup reads a ManagedCache's annotations from the informer cache.
 func New(kube kubernetes.Interface, dyn dynamic.Interface, lookup admission.AnnotationsLookup, opts Options) (*Server, error) {
+	if opts.ClusterDomain == "" {
+		opts.ClusterDomain = api.DefaultClusterDomain
+	}
 	c := &certs{client: kube, namespace: opts.Namespace, name: opts.SecretName, lifetime: opts.CertLifetime}
 	if opts.Endpoint.URL != "" {
 		u, err := url.Parse(opts.Endpoint.URL)
@@ -66,7 +73,7 @@ func New(kube kubernetes.Interface, dyn dynamic.Interface, lookup admission.Anno
 		if n == "" || ns == "" {
 			return nil, errors.New("webhook: either a URL or a Service namespace/name is needed")
 		}
-		c.dnsNames = []string{n, n + "." + ns, n + "." + ns + ".svc", n + "." + ns + ".svc.cluster.local"}
+		c.dnsNames = []string{n, n + "." + ns, n + "." + ns + ".svc", api.ServiceHost(n, ns, opts.ClusterDomain)}
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST "+ConvertPath, conversion.Handler())

@@ -1,14 +1,18 @@
-package engine
+package controller
 
 import (
 	"fmt"
+	"net"
 	"reflect"
+	"strconv"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"example.com/cache-operator/engine/api"
 )
 
 // ConditionReady is the condition that says whether a cache is serving.
@@ -56,12 +60,12 @@ func (s *cacheStatus) setReady(generation int64, ready bool, reason, message str
 
 // newStatus computes the status of mc from what the reconcile saw. failure, when set, is the
 // reason and message of the first child that could not be applied.
-func newStatus(mc *unstructured.Unstructured, spec Spec, sts *unstructured.Unstructured, failReason, failMessage string) cacheStatus {
+func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, sts *unstructured.Unstructured, failReason, failMessage string) cacheStatus {
 	s := statusOf(mc)
 	gen := mc.GetGeneration()
 	s.ObservedGeneration = gen
-	s.Endpoint = fmt.Sprintf("%s.%s.svc.cluster.local:6379", mc.GetName(), mc.GetNamespace())
-	s.Selector = labels.SelectorFromSet(SelectorLabels(mc.GetName())).String()
+	s.Endpoint = net.JoinHostPort(api.ServiceHost(mc.GetName(), mc.GetNamespace(), clusterDomain), strconv.Itoa(api.Port))
+	s.Selector = labels.SelectorFromSet(api.SelectorLabels(mc.GetName())).String()
 	s.ReadyReplicas = 0
 	upToDate := false
 	if sts != nil {

@@ -1,4 +1,17 @@
-package engine
+// Package controller is the ManagedCache controller: it renders each cache's children (package
+// render), compares each with the live object from an informer cache and applies only what
+// drifted (package ssa), keeps the password Secret, and writes the cache's status conditions.
+// Child events are routed to the cache that controls them; one rate-limited queue holds cache keys.
+//
+// It works on unstructured.Unstructured objects through the dynamic client and dynamic
+// informers, with no generated types, and deliberately without controller-runtime: the operator
+// needs one workqueue of ManagedCache keys, a handful of informers and an apply loop, all of which
+// client-go provides directly, and owning them keeps every API request visible (a reconcile of a
+// cache that is already right makes none).
+//
+// It is not for wiring a process (package app), rendering, or diffing, and it does not talk to
+// Redis.
+package controller
 
 import (
 	"context"
@@ -20,18 +33,21 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/metrics"
+	"example.com/cache-operator/engine/render"
+	"example.com/cache-operator/engine/ssa"
 )
 
 // Options tune the controller.
 type Options struct {
-	// Images maps each engine (redis, valkey) to its image repository; the tag is the version.
-	Images ImageRepositories
+	// Render is what rendering takes from flags: image repositories, the cluster domain.
+	Render render.Config
 	// Workers is the number of caches reconciled at once.
 	Workers int
 	// Resync is how often every cache is re-checked even without events (0: never).
 	Resync time.Duration
-	// FieldManager is the server-side apply field manager, and the user agent's stem.
-	FieldManager string
 }
 
 // CleanupFunc releases what a cache holds outside the cluster when it is deleted. The finalizer
@@ -50,9 +66,9 @@ type childKind struct {
 type Controller struct {
 	opts     Options
 	client   dynamic.Interface
-	renderer *Renderer
-	differ   *Differ
-	applier  *Applier
+	renderer *render.Renderer
+	differ   *ssa.Differ
+	applier  *ssa.Applier
 	recorder record.EventRecorder
 	cleanups []CleanupFunc
 
@@ -66,16 +82,19 @@ type Controller struct {
 
 // New builds a controller: informers for ManagedCaches and for every kind the templates render.
 // Secrets are watched only when they carry the operator's managed-by label.
-func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *Renderer, recorder record.EventRecorder, opts Options, cleanups ...CleanupFunc) (*Controller, error) {
+func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Renderer, recorder record.EventRecorder, opts Options, cleanups ...CleanupFunc) (*Controller, error) {
 	if opts.Workers < 1 {
 		opts.Workers = 1
+	}
+	if opts.Render.ClusterDomain == "" {
+		opts.Render.ClusterDomain = api.DefaultClusterDomain
 	}
 	c := &Controller{
 		opts:     opts,
 		client:   client,
 		renderer: renderer,
-		differ:   NewDiffer(),
-		applier:  NewApplier(client, mapper, opts.FieldManager),
+		differ:   ssa.NewDiffer(),
+		applier:  ssa.NewApplier(client, mapper, api.FieldManager),
 		recorder: recorder,
 		cleanups: cleanups,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -83,11 +102,11 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *Renderer, r
 	}
 	all := dynamicinformer.NewDynamicSharedInformerFactory(client, opts.Resync)
 	labelled := dynamicinformer.NewFilteredDynamicSharedInformerFactory(client, 0, metav1.NamespaceAll, func(o *metav1.ListOptions) {
-		o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue}).String()
+		o.LabelSelector = labels.SelectorFromSet(labels.Set{api.LabelManagedBy: api.ManagedByValue}).String()
 	})
 	c.factories = []dynamicinformer.DynamicSharedInformerFactory{all, labelled}
 
-	c.caches = all.ForResource(Resource).Informer()
+	c.caches = all.ForResource(api.Resource).Informer()
 	if _, err := c.caches.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: c.cacheUpdated,
@@ -101,7 +120,7 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *Renderer, r
 		return nil, fmt.Errorf("rendering a sample cache to find the child kinds: %w", err)
 	}
 	for _, gvk := range kinds {
-		gvr, err := gvrFor(mapper, gvk)
+		gvr, err := ssa.ResourceFor(mapper, gvk)
 		if err != nil {
 			return nil, fmt.Errorf("child kind %s: %w", gvk, err)
 		}
@@ -123,7 +142,7 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *Renderer, r
 		}
 		c.children = append(c.children, childKind{gvk: gvk, gvr: gvr, informer: inf})
 	}
-	registerFleet(c)
+	metrics.RegisterFleet(c.countByReady)
 	return c, nil
 }
 
@@ -213,7 +232,7 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	defer c.queue.Done(key)
 	start := time.Now()
 	err := c.reconcile(context.WithoutCancel(ctx), key) // an in-flight reconcile finishes on shutdown
-	observeReconcile(start, err)
+	metrics.ObserveReconcile(start, err)
 	c.reconciles.Add(1)
 	if err == nil {
 		c.queue.Forget(key)
@@ -262,13 +281,13 @@ func (c *Controller) enqueueOwner(obj interface{}) {
 		return
 	}
 	if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
-		if isManagedCacheRef(ref) {
+		if api.IsManagedCacheRef(ref) {
 			c.queue.Add(o.GetNamespace() + "/" + ref.Name)
 		}
 		return
 	}
-	if l := o.GetLabels(); l[LabelManagedBy] == ManagedByValue && l[LabelInstance] != "" {
-		c.queue.Add(o.GetNamespace() + "/" + l[LabelInstance])
+	if l := o.GetLabels(); l[api.LabelManagedBy] == api.ManagedByValue && l[api.LabelInstance] != "" {
+		c.queue.Add(o.GetNamespace() + "/" + l[api.LabelInstance])
 	}
 }
 
@@ -295,4 +314,19 @@ func (c *Controller) Annotations(namespace, name string) (map[string]string, boo
 		return nil, false
 	}
 	return obj.(*unstructured.Unstructured).GetAnnotations(), true
+}
+
+// countByReady counts the caches in the informer cache by the status of their Ready condition.
+func (c *Controller) countByReady() map[string]int {
+	counts := map[string]int{}
+	for _, obj := range c.caches.GetStore().List() {
+		status := "Unknown"
+		for _, cond := range statusOf(obj.(*unstructured.Unstructured)).Conditions {
+			if cond.Type == ConditionReady {
+				status = string(cond.Status)
+			}
+		}
+		counts[status]++
+	}
+	return counts
 }

@@ -1,12 +1,13 @@
-package engine
+package ssa
 
 import (
 	"bytes"
-	"example.com/cache-operator/engine/internal/jsonvalue"
 	"fmt"
 	"reflect"
 	"sort"
 	"strings"
+
+	"example.com/cache-operator/engine/internal/jsonvalue"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,19 +60,19 @@ func (d *Differ) typed(obj *unstructured.Unstructured) (*typed.TypedValue, error
 func (d *Differ) Drift(desired, live *unstructured.Unstructured, manager string) ([]string, error) {
 	want, err := d.typed(desired)
 	if err != nil {
-		return nil, fmt.Errorf("%s: reading desired object: %w", objectID(desired), err)
+		return nil, Errorf(desired, "reading desired object: %w", err)
 	}
 	var drift []string
 	compareValue("", desired.Object, live.Object, want.Schema(), want.TypeRef(), &drift)
 
 	owned, err := ownedFields(live, manager)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", objectID(live), err)
+		return nil, Errorf(live, "%w", err)
 	}
 	if !owned.Empty() {
 		set, err := want.ToFieldSet()
 		if err != nil {
-			return nil, fmt.Errorf("%s: field set of desired object: %w", objectID(desired), err)
+			return nil, Errorf(desired, "field set of desired object: %w", err)
 		}
 		// A create records the maps it fills as owned themselves (".metadata.labels"); applied
 		// objects do not. A path that is a parent of a field we set is not a removal.

@@ -1,15 +1,13 @@
-package engine
+package ssa
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/dynamic"
@@ -41,9 +39,9 @@ func NewApplier(client dynamic.Interface, mapper meta.RESTMapper, manager string
 }
 
 func (a *Applier) resource(obj *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
-	gvr, err := gvrFor(a.mapper, obj.GroupVersionKind())
+	gvr, err := ResourceFor(a.mapper, obj.GroupVersionKind())
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", objectID(obj), err)
+		return nil, Errorf(obj, "%w", err)
 	}
 	return a.client.Resource(gvr).Namespace(obj.GetNamespace()), nil
 }
@@ -59,23 +57,23 @@ func (a *Applier) Apply(ctx context.Context, obj, live *unstructured.Unstructure
 	if live != nil && hasUpdateEntry(live, a.manager) {
 		patch, err := csaupgrade.UpgradeManagedFieldsPatch(live, sets.New(a.manager), a.manager)
 		if err != nil {
-			return nil, fmt.Errorf("%s: upgrading managed fields: %w", objectID(obj), err)
+			return nil, Errorf(obj, "upgrading managed fields: %w", err)
 		}
 		if patch != nil {
 			if _, err := ri.Patch(ctx, obj.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: a.manager}); err != nil {
-				return nil, fmt.Errorf("%s: upgrading managed fields: %w", objectID(obj), err)
+				return nil, Errorf(obj, "upgrading managed fields: %w", err)
 			}
 		}
 	}
 	out, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: a.manager, Force: true})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", objectID(obj), err)
+		return nil, Errorf(obj, "%w", err)
 	}
 	return out, nil
 }
 
-// Create creates obj, failing if it exists: used for the Secret, whose password must be written
-// exactly once even if the informer cache is behind.
+// Create creates obj, failing if it exists: for an object whose content must be written exactly
+// once (a generated password) even when the caller's cache is behind.
 func (a *Applier) Create(ctx context.Context, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	ri, err := a.resource(obj)
 	if err != nil {
@@ -83,33 +81,28 @@ func (a *Applier) Create(ctx context.Context, obj *unstructured.Unstructured) (*
 	}
 	out, err := ri.Create(ctx, obj, metav1.CreateOptions{FieldManager: a.manager})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", objectID(obj), err)
+		return nil, Errorf(obj, "%w", err)
 	}
 	return out, nil
 }
 
-// Get reads obj from the API server, bypassing the cache (used only on error paths).
+// Get reads obj from the API server, bypassing any cache (for error paths).
 func (a *Applier) Get(ctx context.Context, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	ri, err := a.resource(obj)
 	if err != nil {
 		return nil, err
 	}
-	return ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
+	out, err := ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
+	if err != nil {
+		return nil, Errorf(obj, "%w", err)
+	}
+	return out, nil
 }
 
-// isPermanent reports whether an apply error will not go away by retrying the same request: the
+// IsPermanent reports whether an apply error will not go away by retrying the same request: the
 // object is invalid, or an immutable field would change. Such errors become a condition and an
 // Event; the cache is retried when it or a child changes, not in a hot loop.
-func isPermanent(err error) bool {
+func IsPermanent(err error) bool {
 	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
 		(apierrors.IsForbidden(err) && strings.Contains(err.Error(), "Forbidden: updates to"))
-}
-
-// gvrFor maps a kind to its resource.
-func gvrFor(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (schema.GroupVersionResource, error) {
-	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return schema.GroupVersionResource{}, err
-	}
-	return m.Resource, nil
 }

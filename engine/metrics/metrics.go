@@ -1,4 +1,9 @@
-package engine
+// Package metrics is the operator's Prometheus registry: reconcile counts and durations, children
+// by outcome, caches by Ready status, client-go's request metrics and the workqueue's. No metric
+// has a per-object label, so the cardinality stays the same with thousands of caches.
+//
+// It is not for serving them (package app serves /metrics) or for deciding anything.
+package metrics
 
 import (
 	"context"
@@ -8,14 +13,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/util/workqueue"
 )
 
-// Metrics is the operator's Prometheus registry. No metric has a per-object label, so the
-// cardinality stays the same with thousands of caches.
-var Metrics = prometheus.NewRegistry()
+// Registry is the operator's Prometheus registry.
+var Registry = prometheus.NewRegistry()
 
 var (
 	reconcileDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -38,15 +41,15 @@ var (
 )
 
 func init() {
-	Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		reconcileDuration, reconcileTotal, reconcileErrors, childrenApplied)
 	workqueue.SetProvider(queueMetrics)
 	clientmetrics.Register(clientmetrics.RegisterOpts{RequestLatency: requestLatency, RequestResult: requestResult})
-	Metrics.MustRegister(requestLatency.vec, requestResult.vec)
+	Registry.MustRegister(requestLatency.vec, requestResult.vec)
 }
 
-// observeReconcile records one reconcile.
-func observeReconcile(start time.Time, err error) {
+// ObserveReconcile records one reconcile that started at start and returned err.
+func ObserveReconcile(start time.Time, err error) {
 	result := "success"
 	if err != nil {
 		result = "error"
@@ -56,46 +59,36 @@ func observeReconcile(start time.Time, err error) {
 	reconcileTotal.WithLabelValues(result).Inc()
 }
 
-// fleetCollector reports the caches by Ready status from the informer cache at scrape time.
+// ChildCompared records one child compared with its desired state, and what was done.
+func ChildCompared(kind, outcome string) { childrenApplied.WithLabelValues(kind, outcome).Inc() }
+
+// fleetCollector reports the caches by Ready status at scrape time.
 type fleetCollector struct {
-	c    *Controller
-	desc *prometheus.Desc
+	count func() map[string]int
 }
 
-func (f fleetCollector) Describe(ch chan<- *prometheus.Desc) { ch <- f.desc }
+var fleetDesc = prometheus.NewDesc("cache_operator_managedcaches",
+	"ManagedCaches by the status of their Ready condition (True, False, Unknown).", []string{"ready"}, nil)
+
+func (f fleetCollector) Describe(ch chan<- *prometheus.Desc) { ch <- fleetDesc }
 
 func (f fleetCollector) Collect(ch chan<- prometheus.Metric) {
-	counts := map[string]float64{"True": 0, "False": 0, "Unknown": 0}
-	for _, obj := range f.c.caches.GetStore().List() {
-		status, _, _ := readyOf(obj.(*unstructured.Unstructured))
-		if status == "" {
-			status = "Unknown"
-		}
-		counts[status]++
+	counts := map[string]int{"True": 0, "False": 0, "Unknown": 0}
+	for status, n := range f.count() {
+		counts[status] += n
 	}
 	for status, n := range counts {
-		ch <- prometheus.MustNewConstMetric(f.desc, prometheus.GaugeValue, n, status)
+		ch <- prometheus.MustNewConstMetric(fleetDesc, prometheus.GaugeValue, float64(n), status)
 	}
 }
 
-var (
-	fleetDesc = prometheus.NewDesc("cache_operator_managedcaches", "ManagedCaches by the status of their Ready condition (True, False, Unknown).", []string{"ready"}, nil)
-	fleetOnce sync.Once
-)
+var fleetOnce sync.Once
 
-// registerFleet adds the fleet gauge of c (the first controller of the process).
-func registerFleet(c *Controller) {
-	fleetOnce.Do(func() { Metrics.MustRegister(fleetCollector{c: c, desc: fleetDesc}) })
-}
-
-// readyOf returns the Ready condition's status, reason and message.
-func readyOf(mc *unstructured.Unstructured) (string, string, string) {
-	for _, c := range statusOf(mc).Conditions {
-		if c.Type == ConditionReady {
-			return string(c.Status), c.Reason, c.Message
-		}
-	}
-	return "", "", ""
+// RegisterFleet exports the caches by Ready status; count returns how many caches have each
+// status (True, False, Unknown) and is called at scrape time. Only the first call of the process
+// registers.
+func RegisterFleet(count func() map[string]int) {
+	fleetOnce.Do(func() { Registry.MustRegister(fleetCollector{count: count}) })
 }
 
 // client-go request metrics, by verb and by code and method (never by URL: it names objects).
@@ -144,7 +137,7 @@ var queueMetrics = func() *queueMetricsProvider {
 		longestRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "workqueue_longest_running_processor_seconds",
 			Help: "Seconds the longest running processor has been running."}, []string{"name"}),
 	}
-	Metrics.MustRegister(p.depthGauge, p.adds, p.retries, p.latency, p.workDuration, p.unfinished, p.longestRunning)
+	Registry.MustRegister(p.depthGauge, p.adds, p.retries, p.latency, p.workDuration, p.unfinished, p.longestRunning)
 	return p
 }()
 

@@ -1,4 +1,4 @@
-package engine
+package api
 
 import (
 	"fmt"
@@ -6,8 +6,10 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"example.com/cache-operator/crd"
 )
 
 // Spec is a ManagedCache's spec (API v2, the operator's hub version) after defaulting and
@@ -25,7 +27,7 @@ type Spec struct {
 	Resources map[string]interface{}
 }
 
-// Engine names the cache server.
+// Engine names the cache server program (spec.engine): redis or valkey, and its version.
 type Engine struct {
 	Name, Version string
 }
@@ -47,44 +49,6 @@ type Eviction struct {
 	MaxMemoryBytes int64
 }
 
-// Values is everything a template sees.
-type Values struct {
-	// Name and Namespace are the ManagedCache's.
-	Name, Namespace string
-	// Spec is the validated spec.
-	Spec Spec
-	// Image is <repository>:<version>, the repository chosen by the engine.
-	Image string
-	// Labels are the standard labels every child and pod carries.
-	Labels map[string]string
-	// SelectorLabels select the cache's pods (a subset of Labels that never changes).
-	SelectorLabels map[string]string
-	// PrimaryHost is the DNS name of ordinal 0, the primary.
-	PrimaryHost string
-	// SecretName is the name of the Secret that holds the password.
-	SecretName string
-	// PasswordKey is the key of the password in that Secret.
-	PasswordKey string
-	// Password is the cache's password: read from the live Secret, or generated once.
-	Password string
-}
-
-// PasswordKey is the key of the password in a cache's Secret.
-const PasswordKey = "password"
-
-// SecretName returns the name of the Secret that holds a cache's password. The operator reads the
-// password from this Secret before rendering, so the name is fixed here, not in a template.
-func SecretName(cacheName string) string { return cacheName + "-auth" }
-
-// Defaults of the CRD schema, applied again here so that an object the API server did not
-// default (an older stored object, a test) renders the same.
-const (
-	DefaultReplicas       = 1
-	DefaultEngine         = "redis"
-	DefaultStorageSize    = "8Gi"
-	DefaultEvictionPolicy = "noeviction"
-)
-
 var (
 	versionPattern   = regexp.MustCompile(`^[0-9]+\.[0-9]+$`)
 	evictionPolicies = map[string]bool{"noeviction": true, "allkeys-lru": true, "volatile-lru": true}
@@ -96,16 +60,14 @@ var (
 // input at admission; this is the operator's own guard, so that an odd object becomes a clear
 // status condition instead of a panic or a broken child.
 func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
-	s := Spec{
-		Replicas: DefaultReplicas, Engine: Engine{Name: DefaultEngine},
-		Storage: Storage{Size: DefaultStorageSize}, Eviction: Eviction{Policy: DefaultEvictionPolicy},
-	}
-	spec, ok := mc.Object["spec"].(map[string]interface{})
+	var s Spec
+	raw, ok := mc.Object["spec"].(map[string]interface{})
 	if !ok {
 		return s, fmt.Errorf("spec: missing or not an object")
 	}
+	spec := WithDefaults(raw)
 	var err error
-	if s.Replicas, err = intField(spec, "replicas", s.Replicas); err != nil {
+	if s.Replicas, err = intField(spec, "replicas"); err != nil {
 		return s, err
 	}
 	fields := []struct {
@@ -187,11 +149,8 @@ func resourcesFrom(v interface{}) (map[string]interface{}, error) {
 	return m, nil
 }
 
-func intField(spec map[string]interface{}, name string, def int64) (int64, error) {
-	v, found := spec[name]
-	if !found || v == nil {
-		return def, nil
-	}
+func intField(spec map[string]interface{}, name string) (int64, error) {
+	v := spec[name]
 	switch n := v.(type) {
 	case int64:
 		return n, nil
@@ -207,53 +166,79 @@ func intField(spec map[string]interface{}, name string, def int64) (int64, error
 	return 0, fmt.Errorf("spec.%s: must be an integer, got %v", name, v)
 }
 
-// Standard label keys and values carried by every child.
-const (
-	LabelName      = "app.kubernetes.io/name"
-	LabelInstance  = "app.kubernetes.io/instance"
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	// ManagedByValue is the value of LabelManagedBy on every child.
-	ManagedByValue = "cache-operator"
-	nameValue      = "managedcache"
-)
-
-// SelectorLabels returns the labels that select a cache's pods.
-func SelectorLabels(name string) map[string]string {
-	return map[string]string{LabelName: nameValue, LabelInstance: name}
-}
-
-// StandardLabels returns the labels every child of a cache carries.
-func StandardLabels(name string) map[string]string {
-	l := SelectorLabels(name)
-	l[LabelManagedBy] = ManagedByValue
-	return l
-}
-
-// ImageRepositories maps an engine name to its image repository.
-type ImageRepositories map[string]string
-
-// DefaultImageRepositories are the repositories of the engines when no flag says otherwise.
-func DefaultImageRepositories() ImageRepositories {
-	return ImageRepositories{"redis": "redis", "valkey": "valkey/valkey"}
-}
-
-// NewValues builds the template values of a cache.
-func NewValues(mc *unstructured.Unstructured, spec Spec, images ImageRepositories, password string) Values {
-	name, ns := mc.GetName(), mc.GetNamespace()
-	repo := images[spec.Engine.Name]
-	if repo == "" {
-		repo = spec.Engine.Name
+// specSchema is the v2 spec's schema from the CRD: the defaults WithDefaults applies.
+var specSchema = func() map[string]interface{} {
+	var def struct {
+		Spec struct {
+			Versions []struct {
+				Name   string
+				Schema struct {
+					OpenAPIV3Schema map[string]interface{} `json:"openAPIV3Schema"`
+				}
+			}
+		}
 	}
-	return Values{
-		Name:           name,
-		Namespace:      ns,
-		Spec:           spec,
-		Image:          repo + ":" + spec.Engine.Version,
-		Labels:         StandardLabels(name),
-		SelectorLabels: SelectorLabels(name),
-		PrimaryHost:    fmt.Sprintf("%s-0.%s.%s.svc.cluster.local", name, name, ns),
-		SecretName:     SecretName(name),
-		PasswordKey:    PasswordKey,
-		Password:       password,
+	if err := yaml.Unmarshal(crd.ManagedCaches, &def); err != nil {
+		panic(fmt.Sprintf("the embedded CRD does not parse: %v", err))
 	}
+	for _, v := range def.Spec.Versions {
+		if v.Name == GroupVersion.Version {
+			props, _ := v.Schema.OpenAPIV3Schema["properties"].(map[string]interface{})
+			if spec, ok := props["spec"].(map[string]interface{}); ok {
+				return spec
+			}
+		}
+	}
+	panic("the embedded CRD has no " + GroupVersion.Version + " spec schema")
+}()
+
+// WithDefaults returns a copy of a v2 spec with the CRD schema's defaults filled in, as the API
+// server fills them: a missing field with a default gets it, recursively into objects.
+func WithDefaults(spec map[string]interface{}) map[string]interface{} {
+	return withDefaults(spec, specSchema)
+}
+
+func withDefaults(obj map[string]interface{}, schema map[string]interface{}) map[string]interface{} {
+	out := make(map[string]interface{}, len(obj))
+	for k, v := range obj {
+		out[k] = v
+	}
+	props, _ := schema["properties"].(map[string]interface{})
+	for name, p := range props {
+		ps, _ := p.(map[string]interface{})
+		if _, set := out[name]; !set {
+			if d, ok := ps["default"]; ok {
+				out[name] = runtimeValue(d)
+			}
+		}
+		if m, ok := out[name].(map[string]interface{}); ok {
+			out[name] = withDefaults(m, ps)
+		}
+	}
+	return out
+}
+
+// runtimeValue turns a YAML-decoded default into what the API machinery decodes: integers as
+// int64.
+func runtimeValue(v interface{}) interface{} {
+	switch t := v.(type) {
+	case float64:
+		if t == float64(int64(t)) {
+			return int64(t)
+		}
+	case map[string]interface{}:
+		out := make(map[string]interface{}, len(t))
+		for k, e := range t {
+			out[k] = runtimeValue(e)
+		}
+		return out
+	}
+	return v
+}
+
+// Default returns the CRD's default of the v2 spec field at path (nil when it has none), for
+// documentation and tests.
+func Default(path ...string) interface{} {
+	v, _, _ := unstructured.NestedFieldNoCopy(WithDefaults(map[string]interface{}{}), path...)
+	return v
 }

@@ -1,20 +1,22 @@
-package engine
+package render
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"example.com/cache-operator/engine/api"
 )
 
 // Children renders the desired children of mc: the templates' objects with the cache's
 // namespace, standard labels and controller reference. password is the cache's password (from the
 // live Secret, or newly generated).
-func (r *Renderer) Children(mc *unstructured.Unstructured, spec Spec, images ImageRepositories, password string) ([]*unstructured.Unstructured, error) {
-	objs, err := r.Render(NewValues(mc, spec, images, password))
+func (r *Renderer) Children(mc *unstructured.Unstructured, spec api.Spec, cfg Config, password string) ([]*unstructured.Unstructured, error) {
+	objs, err := r.Render(NewValues(mc, spec, cfg, password))
 	if err != nil {
 		return nil, err
 	}
-	ref := ownerReference(mc)
+	ref := api.OwnerReference(mc)
 	for _, o := range objs {
 		o.SetOwnerReferences([]metav1.OwnerReference{ref})
 	}
@@ -27,7 +29,7 @@ func (r *Renderer) Kinds() ([]schema.GroupVersionKind, error) {
 	sample := &unstructured.Unstructured{}
 	sample.SetName("sample")
 	sample.SetNamespace("default")
-	objs, err := r.Render(NewValues(sample, sampleSpec(), DefaultImageRepositories(), "sample"))
+	objs, err := r.Render(NewValues(sample, sampleSpec(), DefaultConfig(), "sample"))
 	if err != nil {
 		return nil, err
 	}
@@ -44,11 +46,11 @@ func (r *Renderer) Kinds() ([]schema.GroupVersionKind, error) {
 
 // sampleSpec is a valid spec that sets every optional field, so that templates render every
 // object and every branch they have.
-func sampleSpec() Spec {
-	return Spec{
-		Replicas: 3, Engine: Engine{Name: DefaultEngine, Version: "7.4"},
-		Storage:   Storage{Size: "1Gi", StorageClassName: "standard"},
-		Eviction:  Eviction{Policy: DefaultEvictionPolicy, MaxMemory: "1Gi", MaxMemoryBytes: 1 << 30},
+func sampleSpec() api.Spec {
+	return api.Spec{
+		Replicas: 3, Engine: api.Engine{Name: "redis", Version: "7.4"},
+		Storage:   api.Storage{Size: "1Gi", StorageClassName: "standard"},
+		Eviction:  api.Eviction{Policy: "allkeys-lru", MaxMemory: "1Gi", MaxMemoryBytes: 1 << 30},
 		Resources: map[string]interface{}{"limits": map[string]interface{}{"memory": "2Gi"}},
 	}
 }

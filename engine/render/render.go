@@ -1,4 +1,11 @@
-package engine
+// Package render turns a ManagedCache into its children: it parses the templates (text/template
+// with a curated sprig function map, strict about missing keys, nothing random or time-dependent)
+// and executes them with the values of one cache, giving unstructured objects in the cache's
+// namespace with its labels and controller reference.
+//
+// It is not for reading the API server or deciding whether a child needs writing; it is pure and
+// deterministic: the same cache and password always give the same objects.
+package render
 
 import (
 	"bytes"

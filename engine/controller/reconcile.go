@@ -1,4 +1,4 @@
-package engine
+package controller
 
 import (
 	"context"
@@ -13,6 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/metrics"
+	"example.com/cache-operator/engine/ssa"
 )
 
 var (
@@ -53,7 +57,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		}
 	}
 
-	spec, err := SpecFrom(mc)
+	spec, err := api.SpecFrom(mc)
 	if err != nil {
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonInvalidSpec, "Invalid spec: %v", err)
 		return c.writeStatus(ctx, mc, invalidStatus(mc, ReasonInvalidSpec, err.Error()))
@@ -63,7 +67,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	desired, err := c.renderer.Children(mc, spec, c.opts.Images, password)
+	desired, err := c.renderer.Children(mc, spec, c.opts.Render, password)
 	if err != nil {
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRenderFailed, "Rendering templates failed: %v", err)
 		return c.writeStatus(ctx, mc, invalidStatus(mc, ReasonRenderFailed, err.Error()))
@@ -75,25 +79,25 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	var sts *unstructured.Unstructured
 	for _, want := range desired {
 		live, outcome, err := c.sync(ctx, mc, want)
-		childrenApplied.WithLabelValues(want.GetKind(), string(outcome)).Inc()
+		metrics.ChildCompared(want.GetKind(), string(outcome))
 		if want.GroupVersionKind() == statefulSetGVK && live != nil {
 			sts = live
 		}
 		if err == nil {
-			logger.V(2).Info("Child", "object", objectID(want), "outcome", outcome)
+			logger.V(2).Info("Child", "object", ssa.ObjectID(want), "outcome", outcome)
 			continue
 		}
 		reason := want.GetKind() + "Failed"
 		if failReason == "" {
 			failReason, failMessage = reason, err.Error()
 		}
-		logger.Error(err, "Child failed", "object", objectID(want))
+		logger.Error(err, "Child failed", "object", ssa.ObjectID(want))
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, reason, "%v", err)
-		if !isPermanent(err) && !isConflict(err) {
+		if !ssa.IsPermanent(err) && !isConflict(err) {
 			retry = errors.Join(retry, err)
 		}
 	}
-	if err := c.writeStatus(ctx, mc, newStatus(mc, spec, sts, failReason, failMessage)); err != nil {
+	if err := c.writeStatus(ctx, mc, newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, failReason, failMessage)); err != nil {
 		return errors.Join(retry, err)
 	}
 	logger.V(3).Info("Reconciled", "failed", failReason)
@@ -112,10 +116,10 @@ func isConflict(err error) bool {
 
 // sync makes one child match want. It returns the child as it now is (the applied result, or the
 // cached object when nothing changed).
-func (c *Controller) sync(ctx context.Context, mc, want *unstructured.Unstructured) (*unstructured.Unstructured, Outcome, error) {
+func (c *Controller) sync(ctx context.Context, mc, want *unstructured.Unstructured) (*unstructured.Unstructured, ssa.Outcome, error) {
 	live, err := c.child(want.GroupVersionKind(), want.GetNamespace(), want.GetName())
 	if err != nil {
-		return nil, Failed, err
+		return nil, ssa.Failed, err
 	}
 	if live == nil {
 		if want.GroupVersionKind() == secretGVK {
@@ -123,77 +127,77 @@ func (c *Controller) sync(ctx context.Context, mc, want *unstructured.Unstructur
 		}
 		out, err := c.applier.Apply(ctx, want, nil)
 		if err != nil {
-			return nil, Failed, err
+			return nil, ssa.Failed, err
 		}
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Created", "Created %s", objectID(want))
-		return out, Created, nil
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Created", "Created %s", ssa.ObjectID(want))
+		return out, ssa.Created, nil
 	}
 	switch own, why := ownershipOf(live, mc.GetName(), mc.GetUID()); own {
 	case ownedByOther:
-		return live, Failed, errNotOurs{why + "; not adopting it"}
+		return live, ssa.Failed, errNotOurs{why + "; not adopting it"}
 	case orphanOfCache:
 		out, err := c.applier.Apply(ctx, want, live)
 		if err != nil {
-			return live, Failed, err
+			return live, ssa.Failed, err
 		}
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Adopted", "Adopted orphaned %s", objectID(want))
-		return out, Configured, nil
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Adopted", "Adopted orphaned %s", ssa.ObjectID(want))
+		return out, ssa.Configured, nil
 	}
-	drift, err := c.differ.Drift(want, live, c.opts.FieldManager)
+	drift, err := c.differ.Drift(want, live, api.FieldManager)
 	if err != nil {
-		return live, Failed, err
+		return live, ssa.Failed, err
 	}
 	if len(drift) == 0 {
-		return live, Unchanged, nil
+		return live, ssa.Unchanged, nil
 	}
 	out, err := c.applier.Apply(ctx, want, live)
 	if err != nil {
-		return live, Failed, err
+		return live, ssa.Failed, err
 	}
-	c.recorder.Eventf(mc, corev1.EventTypeNormal, "Updated", "Updated %s: %s", objectID(want), summarize(drift))
-	return out, Configured, nil
+	c.recorder.Eventf(mc, corev1.EventTypeNormal, "Updated", "Updated %s: %s", ssa.ObjectID(want), summarize(drift))
+	return out, ssa.Configured, nil
 }
 
 // createSecret creates the password Secret with a plain create, which fails if it exists: if the
 // cache was merely behind, the password that is already there is kept (the key is retried once
 // the cache catches up) instead of being overwritten by a new one.
-func (c *Controller) createSecret(ctx context.Context, mc, want *unstructured.Unstructured) (*unstructured.Unstructured, Outcome, error) {
+func (c *Controller) createSecret(ctx context.Context, mc, want *unstructured.Unstructured) (*unstructured.Unstructured, ssa.Outcome, error) {
 	out, err := c.applier.Create(ctx, want)
 	if err == nil {
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Created", "Created %s", objectID(want))
-		return out, Created, nil
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Created", "Created %s", ssa.ObjectID(want))
+		return out, ssa.Created, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return nil, Failed, err
+		return nil, ssa.Failed, err
 	}
 	live, getErr := c.applier.Get(ctx, want)
 	if getErr != nil {
-		return nil, Failed, errors.Join(err, getErr)
+		return nil, ssa.Failed, errors.Join(err, getErr)
 	}
 	if own, why := ownershipOf(live, mc.GetName(), mc.GetUID()); own == ownedByOther {
-		return nil, Failed, errNotOurs{why + "; not adopting it"}
+		return nil, ssa.Failed, errNotOurs{why + "; not adopting it"}
 	}
-	if live.GetLabels()[LabelManagedBy] != ManagedByValue {
+	if live.GetLabels()[api.LabelManagedBy] != api.ManagedByValue {
 		// Ours, but someone removed the label the Secret informer selects on, so the cache will
 		// never show it: restore it, keeping the password it holds.
-		if pw, found, _ := unstructured.NestedString(live.Object, "data", PasswordKey); found && pw != "" {
-			if err := unstructured.SetNestedField(want.Object, pw, "data", PasswordKey); err != nil {
-				return nil, Failed, fmt.Errorf("%s: %w", objectID(want), err)
+		if pw, found, _ := unstructured.NestedString(live.Object, "data", api.PasswordKey); found && pw != "" {
+			if err := unstructured.SetNestedField(want.Object, pw, "data", api.PasswordKey); err != nil {
+				return nil, ssa.Failed, fmt.Errorf("%s: %w", ssa.ObjectID(want), err)
 			}
 		}
 		out, err := c.applier.Apply(ctx, want, live)
 		if err != nil {
-			return nil, Failed, err
+			return nil, ssa.Failed, err
 		}
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Updated", "Restored the labels of %s", objectID(want))
-		return out, Configured, nil
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Updated", "Restored the labels of %s", ssa.ObjectID(want))
+		return out, ssa.Configured, nil
 	}
-	return nil, Failed, fmt.Errorf("%s: %w", objectID(want), errStaleCache)
+	return nil, ssa.Failed, fmt.Errorf("%s: %w", ssa.ObjectID(want), errStaleCache)
 }
 
 // password returns the password held by the cache's live Secret, or a new one if there is none.
 func (c *Controller) password(mc *unstructured.Unstructured) (string, error) {
-	secret, err := c.child(secretGVK, mc.GetNamespace(), SecretName(mc.GetName()))
+	secret, err := c.child(secretGVK, mc.GetNamespace(), api.SecretName(mc.GetName()))
 	if err != nil {
 		return "", err
 	}
@@ -209,7 +213,7 @@ func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructu
 	if err != nil || updated == nil {
 		return err
 	}
-	_, err = c.client.Resource(Resource).Namespace(mc.GetNamespace()).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: c.opts.FieldManager})
+	_, err = c.client.Resource(api.Resource).Namespace(mc.GetNamespace()).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: api.FieldManager})
 	if err != nil {
 		return fmt.Errorf("ManagedCache/%s/%s: writing status: %w", mc.GetNamespace(), mc.GetName(), err)
 	}

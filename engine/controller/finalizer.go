@@ -1,4 +1,4 @@
-package engine
+package controller
 
 import (
 	"context"
@@ -7,11 +7,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/engine/api"
 )
 
 func hasFinalizer(mc *unstructured.Unstructured) bool {
 	for _, f := range mc.GetFinalizers() {
-		if f == Finalizer {
+		if f == api.Finalizer {
 			return true
 		}
 	}
@@ -21,8 +23,8 @@ func hasFinalizer(mc *unstructured.Unstructured) bool {
 // addFinalizer adds the finalizer before any child exists, so a deletion always passes through
 // finalize. It returns the updated object.
 func (c *Controller) addFinalizer(ctx context.Context, mc *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	mc.SetFinalizers(append(mc.GetFinalizers(), Finalizer))
-	out, err := c.client.Resource(Resource).Namespace(mc.GetNamespace()).Update(ctx, mc, metav1.UpdateOptions{FieldManager: c.opts.FieldManager})
+	mc.SetFinalizers(append(mc.GetFinalizers(), api.Finalizer))
+	out, err := c.client.Resource(api.Resource).Namespace(mc.GetNamespace()).Update(ctx, mc, metav1.UpdateOptions{FieldManager: api.FieldManager})
 	if err != nil {
 		return nil, fmt.Errorf("ManagedCache/%s/%s: adding finalizer: %w", mc.GetNamespace(), mc.GetName(), err)
 	}
@@ -43,12 +45,12 @@ func (c *Controller) finalize(ctx context.Context, mc *unstructured.Unstructured
 	}
 	var kept []string
 	for _, f := range mc.GetFinalizers() {
-		if f != Finalizer {
+		if f != api.Finalizer {
 			kept = append(kept, f)
 		}
 	}
 	mc.SetFinalizers(kept)
-	_, err := c.client.Resource(Resource).Namespace(mc.GetNamespace()).Update(ctx, mc, metav1.UpdateOptions{FieldManager: c.opts.FieldManager})
+	_, err := c.client.Resource(api.Resource).Namespace(mc.GetNamespace()).Update(ctx, mc, metav1.UpdateOptions{FieldManager: api.FieldManager})
 	if err != nil {
 		return fmt.Errorf("ManagedCache/%s/%s: removing finalizer: %w", mc.GetNamespace(), mc.GetName(), err)
 	}

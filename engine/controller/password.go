@@ -1,4 +1,4 @@
-package engine
+package controller
 
 import (
 	"crypto/rand"
@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"example.com/cache-operator/engine/api"
 )
 
 // passwordBytes is the number of random bytes in a generated password.
@@ -26,7 +28,7 @@ func passwordFrom(secret *unstructured.Unstructured) string {
 	if secret == nil {
 		return ""
 	}
-	enc, _, _ := unstructured.NestedString(secret.Object, "data", PasswordKey)
+	enc, _, _ := unstructured.NestedString(secret.Object, "data", api.PasswordKey)
 	dec, err := base64.StdEncoding.DecodeString(enc)
 	if err != nil {
 		return ""

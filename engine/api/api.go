@@ -1,0 +1,101 @@
+// Package api is the ManagedCache API as the operator sees it: the group, version and resource,
+// the names every child and object of the operator shares (field manager, labels, finalizer,
+// Secret, port, cluster domain), and a cache's spec read from an unstructured v2 object with the
+// CRD's defaults applied and every field checked.
+//
+// It is not for talking to the API server, rendering, or conversion between versions (package
+// conversion); the CRD schema in crd/ remains the first line of validation and the one source of
+// defaults.
+package api
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+)
+
+// The ManagedCache API.
+var (
+	// GroupVersion is the API version the operator's logic works in: v2, the hub.
+	GroupVersion = schema.GroupVersion{Group: "cache.example.com", Version: "v2"}
+	// StorageVersion is the version the API server stores.
+	StorageVersion = schema.GroupVersion{Group: GroupVersion.Group, Version: "v1"}
+	// Kind is the ManagedCache kind.
+	Kind = "ManagedCache"
+	// Resource is the ManagedCache resource in the hub version.
+	Resource = GroupVersion.WithResource("managedcaches")
+	// OwnerAPIVersion is the apiVersion of the children's owner references: the storage version,
+	// so that children made before v2 existed do not drift; the garbage collector resolves owners
+	// in any served version.
+	OwnerAPIVersion = StorageVersion.String()
+)
+
+// FieldManager is the operator's field manager in every write, and the stem of its user agent.
+const FieldManager = "cache-operator"
+
+// Finalizer is set on a ManagedCache only while the operator has work to do before it goes.
+const Finalizer = "cache.example.com/finalizer"
+
+// Port is the port every member serves on, and the port of the cache's Services.
+const Port = 6379
+
+// DefaultClusterDomain is the cluster's DNS domain when no flag says otherwise.
+const DefaultClusterDomain = "cluster.local"
+
+// PasswordKey is the key of the password in a cache's Secret.
+const PasswordKey = "password"
+
+// SecretName returns the name of the Secret that holds a cache's password. The operator reads the
+// password from this Secret before rendering, so the name is fixed here, not in a template.
+func SecretName(cacheName string) string { return cacheName + "-auth" }
+
+// Standard label keys and values carried by every child.
+const (
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the value of LabelManagedBy on every child.
+	ManagedByValue = FieldManager
+	nameValue      = "managedcache"
+)
+
+// SelectorLabels returns the labels that select a cache's pods.
+func SelectorLabels(name string) map[string]string {
+	return map[string]string{LabelName: nameValue, LabelInstance: name}
+}
+
+// StandardLabels returns the labels every child of a cache carries.
+func StandardLabels(name string) map[string]string {
+	l := SelectorLabels(name)
+	l[LabelManagedBy] = ManagedByValue
+	return l
+}
+
+// ServiceHost returns the DNS name of the Service name in namespace ns.
+func ServiceHost(name, ns, clusterDomain string) string {
+	return fmt.Sprintf("%s.%s.svc.%s", name, ns, clusterDomain)
+}
+
+// OwnerReference returns the controller reference a child of mc carries.
+func OwnerReference(mc *unstructured.Unstructured) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         OwnerAPIVersion,
+		Kind:               Kind,
+		Name:               mc.GetName(),
+		UID:                mc.GetUID(),
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+// IsManagedCacheRef reports whether ref points at a ManagedCache (any version of the group).
+func IsManagedCacheRef(ref *metav1.OwnerReference) bool {
+	if ref == nil || ref.Kind != Kind {
+		return false
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && gv.Group == GroupVersion.Group
+}

@@ -1,0 +1,80 @@
+package render
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"example.com/cache-operator/engine/api"
+)
+
+// Values is everything a template sees.
+type Values struct {
+	// Name and Namespace are the ManagedCache's.
+	Name, Namespace string
+	// Spec is the validated spec.
+	Spec api.Spec
+	// Image is <repository>:<version>, the repository chosen by the engine.
+	Image string
+	// Labels are the standard labels every child and pod carries.
+	Labels map[string]string
+	// SelectorLabels select the cache's pods (a subset of Labels that never changes).
+	SelectorLabels map[string]string
+	// Port is the port every member serves on.
+	Port int
+	// PrimaryHost is the DNS name of ordinal 0, the primary.
+	PrimaryHost string
+	// SecretName is the name of the Secret that holds the password.
+	SecretName string
+	// PasswordKey is the key of the password in that Secret.
+	PasswordKey string
+	// Password is the cache's password: read from the live Secret, or generated once.
+	Password string
+}
+
+// Config is what rendering takes from the operator's flags rather than from the ManagedCache.
+type Config struct {
+	// Images maps each engine (redis, valkey) to its image repository; the tag is the version.
+	Images ImageRepositories
+	// ClusterDomain is the cluster's DNS domain (default cluster.local).
+	ClusterDomain string
+}
+
+// DefaultConfig is the Config of an operator started without flags.
+func DefaultConfig() Config {
+	return Config{Images: DefaultImageRepositories(), ClusterDomain: api.DefaultClusterDomain}
+}
+
+// ImageRepositories maps an engine name to its image repository.
+type ImageRepositories map[string]string
+
+// DefaultImageRepositories are the repositories of the engines when no flag says otherwise.
+func DefaultImageRepositories() ImageRepositories {
+	return ImageRepositories{"redis": "redis", "valkey": "valkey/valkey"}
+}
+
+// NewValues builds the template values of a cache.
+func NewValues(mc *unstructured.Unstructured, spec api.Spec, cfg Config, password string) Values {
+	name, ns := mc.GetName(), mc.GetNamespace()
+	repo := cfg.Images[spec.Engine.Name]
+	if repo == "" {
+		repo = spec.Engine.Name
+	}
+	domain := cfg.ClusterDomain
+	if domain == "" {
+		domain = api.DefaultClusterDomain
+	}
+	return Values{
+		Name:           name,
+		Namespace:      ns,
+		Spec:           spec,
+		Image:          repo + ":" + spec.Engine.Version,
+		Labels:         api.StandardLabels(name),
+		SelectorLabels: api.SelectorLabels(name),
+		Port:           api.Port,
+		PrimaryHost:    fmt.Sprintf("%s-0.%s", name, api.ServiceHost(name, ns, domain)),
+		SecretName:     api.SecretName(name),
+		PasswordKey:    api.PasswordKey,
+		Password:       password,
+	}
+}
