@@ -24,8 +24,9 @@ import (
 // asking the API server. It knows the merge semantics of the built-in kinds (which lists are keyed
 // by which fields) from client-go's schemas, so it compares the way server-side apply merges:
 //
-//   - every field we set must be present in the live object with an equal value (quantities by
-//     value: "1Gi" equals "1024Mi"); fields the server defaulted or other managers added are not
+//   - every field we set must be present in the live object with an equal value; a field whose
+//     schema type is a resource.Quantity compares by value ("1Gi" equals "1024Mi"), every other
+//     string exactly ("7.4" differs from "7.40"); fields the server defaulted or other managers added are not
 //     drift;
 //   - elements of keyed lists (containers by name, ports by port and protocol) are matched by key,
 //     so an element another manager added (a sidecar) is not drift; atomic lists must have the
@@ -150,7 +151,7 @@ func compareValue(path string, want, got interface{}, s *schema.Schema, tr schem
 		}
 		compareList(path, w, g, s, atom.List, drift)
 	default:
-		if !equalScalar(want, got) {
+		if !equalScalar(want, got, tr) {
 			*drift = append(*drift, pathOr(path)+": differs")
 		}
 	}
@@ -187,7 +188,7 @@ func compareList(path string, want, got []interface{}, s *schema.Schema, list *s
 		for _, w := range want {
 			found := false
 			for _, g := range got {
-				if equalScalar(w, g) {
+				if equalScalar(w, g, elem) {
 					found = true
 					break
 				}
@@ -203,7 +204,7 @@ func compareList(path string, want, got []interface{}, s *schema.Schema, list *s
 		key := listKey(wm, list.Keys)
 		var match interface{}
 		for _, g := range got {
-			if gm, ok := g.(map[string]interface{}); ok && sameKey(wm, gm, list.Keys) {
+			if gm, ok := g.(map[string]interface{}); ok && sameKey(wm, gm, list.Keys, s, elem) {
 				match = gm
 				break
 			}
@@ -225,9 +226,10 @@ func listKey(m map[string]interface{}, keys []string) string {
 	return strings.Join(parts, ",")
 }
 
-func sameKey(a, b map[string]interface{}, keys []string) bool {
+func sameKey(a, b map[string]interface{}, keys []string, s *schema.Schema, elem schema.TypeRef) bool {
+	atom, _ := s.Resolve(elem)
 	for _, k := range keys {
-		if !equalScalar(a[k], b[k]) {
+		if !equalScalar(a[k], b[k], fieldType(atom, k)) {
 			return false
 		}
 	}
@@ -245,15 +247,21 @@ func fieldType(atom schema.Atom, name string) schema.TypeRef {
 	return atom.Map.ElementType
 }
 
-// equalScalar compares two JSON scalars: numbers by value, strings exactly or, when both are
-// quantities, by value.
-func equalScalar(a, b interface{}) bool {
+// quantityType is the schema name of resource.Quantity in the built-in kinds' schemas.
+const quantityType = "io.k8s.apimachinery.pkg.api.resource.Quantity"
+
+// equalScalar compares two JSON scalars of schema type tr: numbers by value whatever their Go
+// type, quantities by value, every other string exactly.
+func equalScalar(a, b interface{}, tr schema.TypeRef) bool {
 	if reflect.DeepEqual(a, b) {
 		return true
 	}
 	if fa, ok := jsonvalue.Number(a); ok {
 		fb, ok := jsonvalue.Number(b)
 		return ok && fa == fb
+	}
+	if tr.NamedType == nil || *tr.NamedType != quantityType {
+		return false
 	}
 	sa, okA := a.(string)
 	sb, okB := b.(string)

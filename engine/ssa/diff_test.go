@@ -160,18 +160,53 @@ spec: {publishNotReadyAddresses: true, ports: [{port: 6379, protocol: TCP}]}
 	}
 }
 
-func TestEqualScalar(t *testing.T) {
+// Strings compare by the field's schema type: quantities by value, every other string exactly.
+// Before, any two strings that parsed as quantities compared equal ("7.4" = "7.40").
+func TestDriftComparesByFieldType(t *testing.T) {
+	sts := func(image, env, memory, storage string) *unstructured.Unstructured {
+		return mustDecode(t, `
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: c, namespace: ns}
+spec:
+  template:
+    spec:
+      containers:
+      - name: redis
+        image: "`+image+`"
+        env: [{name: VERSION, value: "`+env+`"}]
+        resources: {limits: {memory: "`+memory+`"}}
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec: {resources: {requests: {storage: "`+storage+`"}}}
+`)
+	}
+	d := NewDiffer()
+	want := sts("7.4", "7.4", "1Gi", "10Gi")
 	for _, tc := range []struct {
-		a, b interface{}
-		eq   bool
+		name  string
+		live  *unstructured.Unstructured
+		drift string // "" for none
 	}{
-		{"10Gi", "10Gi", true}, {"1Gi", "1024Mi", true}, {"100m", "0.1", true}, {"1Gi", "1G", false},
-		{int64(3), float64(3), true}, {int64(3), int64(4), false}, {"7.4", "7.40", true}, {"a", "b", false},
-		{true, true, true}, {true, false, false}, {"3", int64(3), false},
+		{"quantities by value", sts("7.4", "7.4", "1024Mi", "10240Mi"), ""},
+		{"image is a string", sts("7.40", "7.4", "1Gi", "10Gi"), ".spec.template.spec.containers[name=redis].image: differs"},
+		{"env value is a string", sts("7.4", "7.40", "1Gi", "10Gi"), ".spec.template.spec.containers[name=redis].env[name=VERSION].value: differs"},
+		{"a quantity that changed", sts("7.4", "7.4", "2Gi", "10Gi"), ".spec.template.spec.containers[name=redis].resources.limits.memory: differs"},
 	} {
-		if got := equalScalar(tc.a, tc.b); got != tc.eq {
-			t.Errorf("equalScalar(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.eq)
+		got, err := d.Drift(want, tc.live, "m")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
 		}
+		if tc.drift == "" && len(got) != 0 || tc.drift != "" && (len(got) != 1 || got[0] != tc.drift) {
+			t.Errorf("%s: drift %q, want %q", tc.name, got, tc.drift)
+		}
+	}
+	// A kind without a schema has no quantity fields: "1Gi" and "1024Mi" differ there.
+	cr := func(v string) *unstructured.Unstructured {
+		return mustDecode(t, "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: t, namespace: ns}\nspec: {size: \""+v+"\"}\n")
+	}
+	if got, err := d.Drift(cr("1Gi"), cr("1024Mi"), "m"); err != nil || len(got) != 1 {
+		t.Errorf("custom kind: drift %q, err %v; want .spec.size", got, err)
 	}
 }
 
