@@ -3,6 +3,7 @@ package render
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"strings"
 	"text/template"
 
@@ -10,23 +11,26 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// forbiddenFuncs are sprig functions the templates may not use: anything that reads the
-// environment or the network, or returns something different on every call. A template that
-// calls one fails to parse, with the function's name in the error.
-var forbiddenFuncs = []string{
-	"env", "expandenv", "getHostByName",
-	"now", "ago", "date", "dateInZone", "dateModify", "htmlDate", "htmlDateInZone", "unixEpoch", "duration", "durationRound",
-	"randAlpha", "randAlphaNum", "randAscii", "randNumeric", "randBytes", "randInt", "shuffle", "uuidv4",
-	"genPrivateKey", "genCA", "genCAWithKey", "genSelfSignedCert", "genSelfSignedCertWithKey",
-	"genSignedCert", "genSignedCertWithKey", "derivePassword", "bcrypt", "htpasswd",
-}
+// forbiddenFunc matches the sprig functions templates may not use: anything that reads the time
+// (now, date, toDate, durations), the environment or the network, or returns something different on
+// every call (rand*, shuffle, uuidv4, key and certificate generation, salted hashes, encryptAES's
+// random IV). The rule is a pattern over sprig's names rather than a list, so a function a later
+// sprig adds under one of these names is denied too. A template that calls one fails to parse,
+// with the function's name in the error.
+var forbiddenFunc = regexp.MustCompile(`(?i)rand|date|^now$|^ago$|duration|epoch|uuid|^gen|crypt|passw|env|host|shuffle|cert`)
 
-// FuncMap returns the functions the templates can use: sprig's text functions less
-// forbiddenFuncs, plus toYaml and include (as in Helm). include is bound per template set.
+// maxIncludeDepth bounds how deeply include calls may nest, so that a template that includes
+// itself fails with an error instead of overflowing the stack.
+const maxIncludeDepth = 64
+
+// FuncMap returns the functions the templates can use: sprig's text functions less the forbidden
+// ones, plus toYaml and include (as in Helm). include is bound per render.
 func FuncMap() template.FuncMap {
 	f := sprig.TxtFuncMap()
-	for _, name := range forbiddenFuncs {
-		delete(f, name)
+	for name := range f {
+		if forbiddenFunc.MatchString(name) {
+			delete(f, name)
+		}
 	}
 	f["toYaml"] = toYAML
 	f["include"] = func(string, interface{}) (string, error) {
@@ -44,9 +48,16 @@ func toYAML(v interface{}) (string, error) {
 	return strings.TrimSuffix(string(b), "\n"), nil
 }
 
-// bindInclude makes include render a named template of t.
+// bindInclude makes include render a named template of t, at most maxIncludeDepth deep. t must
+// be used by one render at a time (Render binds a clone).
 func bindInclude(t *template.Template) {
+	depth := 0
 	t.Funcs(template.FuncMap{"include": func(name string, data interface{}) (string, error) {
+		if depth >= maxIncludeDepth {
+			return "", fmt.Errorf("include %q: nested more than %d deep (does a template include itself?)", name, maxIncludeDepth)
+		}
+		depth++
+		defer func() { depth-- }()
 		var buf bytes.Buffer
 		if err := t.ExecuteTemplate(&buf, name, data); err != nil {
 			return "", err

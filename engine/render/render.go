@@ -32,7 +32,6 @@ type Renderer struct {
 // function, or a folder without *.yaml templates, naming the file and line.
 func NewRenderer(fsys fs.FS) (*Renderer, error) {
 	root := template.New("").Option("missingkey=error").Funcs(FuncMap())
-	bindInclude(root)
 	var files []string
 	entries, err := fs.ReadDir(fsys, ".")
 	if err != nil {
@@ -68,10 +67,17 @@ var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
 // standard labels. It fails on a missing key, a YAML error, an object without apiVersion, kind or
 // metadata.name, or one that names another namespace, naming the template.
 func (r *Renderer) Render(v Values) ([]*unstructured.Unstructured, error) {
+	// A clone per render, so that include counts its depth for this render alone (workers render
+	// concurrently); cloning copies the set of templates, not their parse trees.
+	tmpl, err := r.tmpl.Clone()
+	if err != nil {
+		return nil, err
+	}
+	bindInclude(tmpl)
 	var objs []*unstructured.Unstructured
 	for _, file := range r.files {
 		var buf bytes.Buffer
-		if err := r.tmpl.ExecuteTemplate(&buf, file, v); err != nil {
+		if err := tmpl.ExecuteTemplate(&buf, file, v); err != nil {
 			return nil, err
 		}
 		for i, doc := range docSeparator.Split(buf.String(), -1) {

@@ -224,10 +224,14 @@ func TestRendererErrorsNameTheTemplate(t *testing.T) {
 		files map[string]string
 		want  string
 	}{
-		"missing key":         {map[string]string{"a.yaml": "kind: ConfigMap\napiVersion: v1\nmetadata: {name: {{ .Labels.nope }}}"}, "a.yaml:3"},
-		"unknown field":       {map[string]string{"b.yaml": "kind: ConfigMap\nmetadata: {name: {{ .Nope }}}"}, "b.yaml:2"},
-		"forbidden random":    {map[string]string{"c.yaml": "x: {{ randAlphaNum 8 }}"}, `function "randAlphaNum" not defined`},
-		"forbidden env":       {map[string]string{"d.yaml": "x: {{ env \"HOME\" }}"}, `function "env" not defined`},
+		"missing key":          {map[string]string{"a.yaml": "kind: ConfigMap\napiVersion: v1\nmetadata: {name: {{ .Labels.nope }}}"}, "a.yaml:3"},
+		"unknown field":        {map[string]string{"b.yaml": "kind: ConfigMap\nmetadata: {name: {{ .Nope }}}"}, "b.yaml:2"},
+		"forbidden random":     {map[string]string{"c.yaml": "x: {{ randAlphaNum 8 }}"}, `function "randAlphaNum" not defined`},
+		"forbidden env":        {map[string]string{"d.yaml": "x: {{ env \"HOME\" }}"}, `function "env" not defined`},
+		"forbidden encryptAES": {map[string]string{"d.yaml": "x: {{ encryptAES \"k\" \"v\" }}"}, `function "encryptAES" not defined`},
+		"forbidden toDate":     {map[string]string{"d.yaml": "x: {{ toDate \"2006\" \"2026\" }}"}, `function "toDate" not defined`},
+		"self include": {map[string]string{"_l.tpl": `{{ define "loop" }}{{ include "loop" . }}{{ end }}`,
+			"h.yaml": `x: {{ include "loop" . }}`}, `include "loop": nested more than 64 deep`},
 		"bad yaml":            {map[string]string{"e.yaml": "kind: ConfigMap\n  bad: [indent"}, "template e.yaml (document 1)"},
 		"no name":             {map[string]string{"f.yaml": "kind: ConfigMap\napiVersion: v1\nmetadata: {}"}, "ConfigMap has no metadata.name"},
 		"other namespace":     {map[string]string{"g.yaml": "kind: ConfigMap\napiVersion: v1\nmetadata: {name: x, namespace: kube-system}"}, `names namespace "kube-system"`},
@@ -282,4 +286,23 @@ func readCacheB(b *testing.B, path string) *unstructured.Unstructured {
 		b.Fatal(err)
 	}
 	return &unstructured.Unstructured{Object: v2}
+}
+
+// Every sprig function that reads the clock, the environment or the network, or is random, is
+// denied; the deterministic ones templates need stay.
+func TestFuncMapDeniesNonDeterministicFunctions(t *testing.T) {
+	f := FuncMap()
+	for _, name := range []string{"now", "ago", "date", "dateInZone", "date_modify", "mustDateModify", "toDate", "mustToDate",
+		"htmlDate", "duration", "durationRound", "unixEpoch", "randAlphaNum", "randInt", "randBytes", "shuffle", "uuidv4",
+		"genCA", "genPrivateKey", "genSelfSignedCert", "buildCustomCert", "encryptAES", "bcrypt", "htpasswd",
+		"derivePassword", "env", "expandenv", "getHostByName"} {
+		if _, ok := f[name]; ok {
+			t.Errorf("%s is available to templates", name)
+		}
+	}
+	for _, name := range []string{"quote", "toJson", "sha256sum", "nindent", "default", "printf", "include", "toYaml", "b64enc", "dict", "semverCompare"} {
+		if _, ok := f[name]; !ok && name != "printf" { // printf is text/template's own
+			t.Errorf("%s is missing", name)
+		}
+	}
 }
