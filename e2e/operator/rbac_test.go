@@ -82,6 +82,19 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// What an older version left behind: a cache with the finalizer it used to add, and a CRD
+	// that records v1 as stored, so that the finalizer's removal and the storage migration run.
+	legacy := cacheObject(ns, "legacy", map[string]interface{}{"engine": map[string]interface{}{"version": "7.4"}})
+	legacy.SetAPIVersion("cache.example.com/v2")
+	legacy.SetFinalizers([]string{"cache.example.com/finalizer"})
+	if _, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Create(ctx, legacy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Kubectl(ctx, "patch", "crd", "managedcaches.cache.example.com", "--subresource=status", "--type=merge",
+		"-p", `{"status":{"storedVersions":["v1","v2"]}}`); err != nil {
+		t.Fatal(err)
+	}
+
 	since := time.Now()
 	op := startOperator(t, c, "--kubeconfig="+kubeconfig, "--leader-elect", "--leader-elect-lease-duration=8s",
 		"--leader-elect-renew-deadline=5s", "--leader-elect-retry-period=1s", "--webhook-cert-lifetime=15s")
@@ -92,6 +105,18 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitReady(t, c, ns, "m", 3, 2*time.Minute)
+	framework.Eventually(t, 30*time.Second, "the legacy finalizer removed and only v2 recorded as stored", func() (bool, string, error) {
+		mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, "legacy", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		stored, err := c.Kubectl(ctx, "get", "crd", "managedcaches.cache.example.com", "-o", "jsonpath={.status.storedVersions}")
+		return len(mc.GetFinalizers()) == 0 && stored == `["v2"]`, fmt.Sprintf("finalizers %v, storedVersions %s", mc.GetFinalizers(), stored), err
+	})
+	// A scale-down is judged with the cache's annotations read live.
+	if _, err := c.Kubectl(ctx, "scale", "managedcache", "m", "-n", ns, "--replicas=2"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.Kubectl(ctx, "label", "secret", "m-auth", "-n", ns, "app.kubernetes.io/instance-"); err != nil {
 		t.Fatal(err)
 	}

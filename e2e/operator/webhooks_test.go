@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"example.com/cache-operator/e2e/framework"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -198,40 +199,81 @@ func TestWebhookCertificateRotation(t *testing.T) {
 	wantRejected(t, "kubectl scale 3 -> 1 after rotation", err, "leaves fewer than a majority")
 }
 
-// TestWhileTheOperatorIsDown documents the failure mode: with the operator stopped, v1 creates
-// and updates that the rules do not judge still work (and so does the finalizer escape hatch);
-// scale-downs and version changes fail closed; v2 reads fail (nothing converts); once it is back
-// everything converges.
+// v2Doc is a v2 ManagedCache as YAML.
+func v2Doc(ns, name string, replicas int, version string) string {
+	return fmt.Sprintf("apiVersion: cache.example.com/v2\nkind: ManagedCache\nmetadata: {name: %s, namespace: %s}\nspec: {replicas: %d, engine: {version: %q}, storage: {size: 1Gi}}\n", name, ns, replicas, version)
+}
+
+// serverSideApply applies doc with kubectl apply --server-side as field manager "user".
+func serverSideApply(ctx context.Context, c *framework.Cluster, doc string) error {
+	cmd := c.KubectlCmd(ctx, "apply", "--server-side", "--field-manager=user", "-f", "-")
+	cmd.Stdin = strings.NewReader(doc)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kubectl apply --server-side: %w: %s", err, out)
+	}
+	return nil
+}
+
+// TestWhileTheOperatorIsDown measures what works with the operator stopped (the README's table):
+// everything through v2, the stored version (reads, creates, server-side applies of a cache the
+// operator has written, scale-ups, deletes, garbage collection, namespace deletion), while
+// scale-downs and version changes fail closed and v1 requests fail (nothing converts). Once it is
+// back, everything converges.
 func TestWhileTheOperatorIsDown(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.Namespace(t, "down")
+	doomedNS := c.Namespace(t, "down-ns")
 	op := startOperator(t, c)
-	if _, err := applyYAML(ctx, c, v1Doc(ns, "before", 3, "7.4")); err != nil {
-		t.Fatal(err)
+	for _, doc := range []string{v2Doc(ns, "before", 3, "7.4"), v2Doc(ns, "doomed", 1, "7.4"), v2Doc(doomedNS, "inside", 1, "7.4")} {
+		if err := serverSideApply(ctx, c, doc); err != nil {
+			t.Fatal(err)
+		}
 	}
 	waitReady(t, c, ns, "before", 3, 2*time.Minute)
+	waitReady(t, c, ns, "doomed", 1, 2*time.Minute)
+	waitReady(t, c, doomedNS, "inside", 1, 2*time.Minute)
 	op.stop(sigterm)
 
-	if _, err := applyYAML(ctx, c, v1Doc(ns, "during", 3, "7.4")); err != nil {
-		t.Errorf("creating a v1 cache while the operator is down: %v", err)
+	works := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Errorf("%s while the operator is down: %v", what, err)
+		}
 	}
-	if _, err := applyYAML(ctx, c, v1Doc(ns, "before", 5, "7.4")); err != nil {
-		t.Errorf("scaling up through v1 while the operator is down: %v", err)
-	}
-	_, err := applyYAML(ctx, c, v1Doc(ns, "before", 1, "7.4"))
+	works("creating a v2 cache", serverSideApply(ctx, c, v2Doc(ns, "during", 3, "7.4")))
+	// The operator has written this cache (status), so its managedFields hold the operator's entries.
+	works("scaling up through a v2 server-side apply", serverSideApply(ctx, c, v2Doc(ns, "before", 5, "7.4")))
+	_, err := c.Kubectl(ctx, "get", "mc", "-n", ns)
+	works("kubectl get mc", err)
+	_, err = c.Kubectl(ctx, "annotate", "mc", "before", "-n", ns, "note=down")
+	works("annotating", err)
+	err = serverSideApply(ctx, c, v2Doc(ns, "before", 1, "7.4"))
 	wantRejected(t, "scaling down while the operator is down", err, `failed calling webhook "validate.managedcaches.cache.example.com"`)
-	if _, err := c.Kubectl(ctx, "get", "managedcaches.v1.cache.example.com", "-n", ns); err != nil {
-		t.Errorf("reading v1 while the operator is down: %v", err)
-	}
-	_, err = c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, "before", metav1.GetOptions{})
-	if err == nil || !strings.Contains(err.Error(), "conversion webhook") {
-		t.Errorf("reading v2 while the operator is down: got %v, want a conversion webhook error", err)
-	}
-	// The finalizer escape hatch.
-	if _, err := c.Kubectl(ctx, "patch", "managedcaches.v1.cache.example.com", "during", "-n", ns, "--type=merge", "-p", `{"metadata":{"finalizers":[]}}`); err != nil {
-		t.Errorf("the finalizer escape hatch while the operator is down: %v", err)
-	}
+	_, err = applyYAML(ctx, c, v1Doc(ns, "v1-during", 1, "7.4"))
+	wantRejected(t, "creating through v1 while the operator is down", err, "conversion webhook")
+	// Deleting a cache: its children are collected, with nothing to convert.
+	works("deleting a cache", c.Dynamic.Resource(mcV2GVR).Namespace(ns).Delete(ctx, "doomed", metav1.DeleteOptions{}))
+	framework.Eventually(t, time.Minute, "the deleted cache and its StatefulSet to be gone", func() (bool, string, error) {
+		mcGone, err := isGone(c, mcV2GVR, ns, "doomed")
+		if err != nil {
+			return false, "", err
+		}
+		_, err = c.Kube.AppsV1().StatefulSets(ns).Get(ctx, "doomed", metav1.GetOptions{})
+		return mcGone && apierrors.IsNotFound(err), fmt.Sprintf("cache gone %v, StatefulSet: %v", mcGone, err), nil
+	})
+	// Deleting a namespace that holds a cache.
+	works("deleting a namespace", c.Kube.CoreV1().Namespaces().Delete(ctx, doomedNS, metav1.DeleteOptions{}))
+	framework.Eventually(t, 2*time.Minute, "the namespace to be gone", func() (bool, string, error) {
+		n, err := c.Kube.CoreV1().Namespaces().Get(ctx, doomedNS, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		return false, fmt.Sprintf("phase %s, conditions %+v", n.Status.Phase, n.Status.Conditions), nil
+	})
 
 	startOperator(t, c)
 	deleteCachesOnCleanup(t, c, ns)

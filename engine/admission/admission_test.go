@@ -2,6 +2,7 @@ package admission
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -69,9 +70,8 @@ func review(t *testing.T, h http.Handler, req *admissionv1.AdmissionRequest) *ad
 
 func TestHandlerObjectsAndScale(t *testing.T) {
 	annotations := map[string]map[string]string{"shop/allowed": {AllowQuorumLossAnnotation: "true"}}
-	h := Handler(func(ns, name string) (map[string]string, bool) {
-		a, ok := annotations[ns+"/"+name]
-		return a, ok
+	h := Handler(func(_ context.Context, ns, name string) (map[string]string, error) {
+		return annotations[ns+"/"+name], nil
 	})
 	v1 := func(size int, version string, ann string) runtime.RawExtension {
 		return runtime.RawExtension{Raw: []byte(`{"apiVersion":"cache.example.com/v1","kind":"ManagedCache","metadata":{"name":"s","annotations":{` + ann +

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,9 +16,10 @@ import (
 	"example.com/cache-operator/engine/conversion"
 )
 
-// AnnotationsLookup returns the annotations of the ManagedCache namespace/name from the operator's
-// informer cache, and whether it is there.
-type AnnotationsLookup func(namespace, name string) (map[string]string, bool)
+// AnnotationsLookup returns the annotations of the ManagedCache namespace/name as the API server
+// has them now. A /scale request carries a Scale, not the cache, so its annotations (the quorum
+// override) must be read; a cache is never stale here, or a freshly added override is refused.
+type AnnotationsLookup func(ctx context.Context, namespace, name string) (map[string]string, error)
 
 // Handler serves the validating webhook for managedcaches (v1 and v2) and managedcaches/scale.
 func Handler(lookup AnnotationsLookup) http.Handler {
@@ -33,7 +35,7 @@ func Handler(lookup AnnotationsLookup) http.Handler {
 			return
 		}
 		resp := &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
-		change, err := changeOf(review.Request, lookup)
+		change, err := changeOf(r.Context(), review.Request, lookup)
 		if err == nil {
 			err = Validate(change)
 			if err != nil {
@@ -54,7 +56,7 @@ func Handler(lookup AnnotationsLookup) http.Handler {
 }
 
 // changeOf reads the old and new member count and version of an update.
-func changeOf(req *admissionv1.AdmissionRequest, lookup AnnotationsLookup) (Change, error) {
+func changeOf(ctx context.Context, req *admissionv1.AdmissionRequest, lookup AnnotationsLookup) (Change, error) {
 	if req.Operation != admissionv1.Update {
 		return Change{}, nil // nothing to compare
 	}
@@ -66,7 +68,10 @@ func changeOf(req *admissionv1.AdmissionRequest, lookup AnnotationsLookup) (Chan
 		if err := json.Unmarshal(req.Object.Raw, &newScale); err != nil {
 			return Change{}, fmt.Errorf("decoding the Scale: %w", err)
 		}
-		annotations, _ := lookup(req.Namespace, req.Name)
+		annotations, err := lookup(ctx, req.Namespace, req.Name)
+		if err != nil {
+			return Change{}, fmt.Errorf("reading the cache's annotations: %w", err)
+		}
 		return Change{
 			ReplicasField: "spec.replicas (scale)", OldReplicas: int64(oldScale.Spec.Replicas),
 			NewReplicas: int64(newScale.Spec.Replicas), Annotations: annotations,

@@ -19,19 +19,25 @@ import (
 
 // The ManagedCache API.
 var (
-	// GroupVersion is the API version the operator's logic works in: v2, the hub.
+	// GroupVersion is the version the operator reads and writes: v2, the hub and the storage
+	// version, so that none of its requests (nor its informers' lists) needs the conversion
+	// webhook, and its managedFields entries are in the version the API server stores.
 	GroupVersion = schema.GroupVersion{Group: "cache.example.com", Version: "v2"}
-	// StorageVersion is the version the API server stores.
-	StorageVersion = schema.GroupVersion{Group: GroupVersion.Group, Version: "v1"}
 	// Kind is the ManagedCache kind.
 	Kind = "ManagedCache"
-	// Resource is the ManagedCache resource in the hub version.
+	// Resource is the ManagedCache resource.
 	Resource = GroupVersion.WithResource("managedcaches")
-	// OwnerAPIVersion is the apiVersion of the children's owner references: the storage version,
-	// so that children made before v2 existed do not drift; the garbage collector resolves owners
-	// in any served version.
-	OwnerAPIVersion = StorageVersion.String()
+	// OwnerAPIVersion is the apiVersion of the children's owner references. The garbage collector
+	// reads an owner in this version, so it is the storage version: no conversion, and so no
+	// operator, is needed to collect a deleted cache's children.
+	OwnerAPIVersion = GroupVersion.String()
 )
+
+// CRDName is the name of the ManagedCache CustomResourceDefinition.
+const CRDName = "managedcaches.cache.example.com"
+
+// CRDResource is the resource of CustomResourceDefinitions.
+var CRDResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // FieldManager is the operator's field manager in every write, and the stem of its user agent.
 const FieldManager = "cache-operator"

@@ -107,7 +107,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("building controller: %w", err)
 	}
-	hooks, err := webhook.New(kube, dyn, ctrl.Annotations, cfg.Webhook)
+	hooks, err := webhook.New(kube, dyn, cfg.Webhook)
 	if err != nil {
 		return fmt.Errorf("webhooks: %w", err)
 	}
@@ -132,14 +132,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			err = failed
 		}
 	}()
-	var synced atomic.Bool
 	serve(ctx, &wg, fail, "metrics", cfg.MetricsAddr, metricsMux())
+	// Ready means the webhooks serve: that is what the Service in front of them needs, and all it
+	// needs. It must not wait for the informers: while caches are still stored in an older
+	// version, listing them needs the conversion webhook, which the API server reaches through
+	// that Service, so a readiness that waited for the lists would never come.
 	serve(ctx, &wg, fail, "health", cfg.HealthAddr, healthMux(func() error {
-		switch {
-		case !hooks.IsReady():
+		if !hooks.IsReady() {
 			return errors.New("webhooks not serving yet")
-		case !synced.Load():
-			return errors.New("informer caches not synced yet")
 		}
 		return nil
 	}))
@@ -151,7 +151,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			fail(fmt.Errorf("webhook server: %w", err))
 		}
 	}()
-	// The informers read v2, which the conversion webhook serves: start them once it is up.
+	// The informers read v2. Caches still stored as v1 (before the storage migration) need the
+	// conversion webhook to be listed: start them once it serves.
 	select {
 	case <-hooks.Ready():
 	case <-ctx.Done():
@@ -160,8 +161,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := ctrl.Start(ctx); err != nil {
 		return err
 	}
-	synced.Store(true)
-	klog.InfoS("Informer caches synced; ready", "identity", cfg.Identity)
+	klog.InfoS("Informer caches synced", "identity", cfg.Identity)
 	if cfg.OnStarted != nil {
 		cfg.OnStarted(ctrl)
 	}

@@ -180,6 +180,9 @@ func (c *Controller) Start(ctx context.Context) error {
 // reconciles in flight.
 func (c *Controller) RunWorkers(ctx context.Context) {
 	defer utilruntime.HandleCrash()
+	if err := c.MigrateStorage(ctx); err != nil {
+		klog.ErrorS(err, "Storage migration failed; the next leader retries it")
+	}
 	klog.InfoS("Starting workers", "count", c.opts.Workers)
 	done := make(chan struct{})
 	for i := 0; i < c.opts.Workers; i++ {
@@ -304,16 +307,6 @@ func (c *Controller) child(gvk schema.GroupVersionKind, namespace, name string) 
 		return obj.(*unstructured.Unstructured), nil
 	}
 	return nil, fmt.Errorf("%s is not a watched child kind", gvk)
-}
-
-// Annotations returns the annotations of the ManagedCache namespace/name from the informer cache
-// (for the validating webhook's scale rule).
-func (c *Controller) Annotations(namespace, name string) (map[string]string, bool) {
-	obj, exists, err := c.caches.GetIndexer().GetByKey(namespace + "/" + name)
-	if err != nil || !exists {
-		return nil, false
-	}
-	return obj.(*unstructured.Unstructured).GetAnnotations(), true
 }
 
 // countByReady counts the caches in the informer cache by the status of their Ready condition.

@@ -51,10 +51,8 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	if mc.GetDeletionTimestamp() != nil {
 		return c.finalize(ctx, mc)
 	}
-	if !hasFinalizer(mc) {
-		if mc, err = c.addFinalizer(ctx, mc); err != nil {
-			return err
-		}
+	if mc, err = c.syncFinalizer(ctx, mc); err != nil {
+		return err
 	}
 
 	spec, err := api.SpecFrom(mc)

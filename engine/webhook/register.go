@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -23,15 +22,12 @@ import (
 
 // Names of what the operator registers.
 const (
-	CRDName           = "managedcaches.cache.example.com"
 	WebhookConfigName = "cache-operator"
 	ValidatingWebhook = "validate.managedcaches.cache.example.com"
 	ConvertPath       = "/convert"
 	ValidatePath      = "/validate"
 	servicePort       = 443
 )
-
-var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // Endpoint is where the API server reaches the webhooks: a URL (running outside the cluster) or
 // a Service (deployed in it).
@@ -99,9 +95,9 @@ func register(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 }
 
 func registerConversion(ctx context.Context, dyn dynamic.Interface, e Endpoint, caBundle []byte) error {
-	crd, err := dyn.Resource(crdGVR).Get(ctx, CRDName, metav1.GetOptions{})
+	crd, err := dyn.Resource(api.CRDResource).Get(ctx, api.CRDName, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("CustomResourceDefinition/%s: %w (install it first: make install)", CRDName, err)
+		return fmt.Errorf("CustomResourceDefinition/%s: %w (install it first: make install)", api.CRDName, err)
 	}
 	cc := e.clientConfig(ConvertPath, caBundle)
 	want := map[string]interface{}{"caBundle": base64.StdEncoding.EncodeToString(caBundle)}
@@ -123,10 +119,10 @@ func registerConversion(ctx context.Context, dyn dynamic.Interface, e Endpoint, 
 		"strategy": "Webhook",
 		"webhook":  map[string]interface{}{"conversionReviewVersions": []string{"v1"}, "clientConfig": patchCC},
 	}}})
-	if _, err := dyn.Resource(crdGVR).Patch(ctx, CRDName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager}); err != nil {
-		return fmt.Errorf("CustomResourceDefinition/%s: setting the conversion webhook: %w", CRDName, err)
+	if _, err := dyn.Resource(api.CRDResource).Patch(ctx, api.CRDName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager}); err != nil {
+		return fmt.Errorf("CustomResourceDefinition/%s: setting the conversion webhook: %w", api.CRDName, err)
 	}
-	klog.InfoS("Registered the conversion webhook", "crd", CRDName)
+	klog.InfoS("Registered the conversion webhook", "crd", api.CRDName)
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -52,8 +53,8 @@ type Server struct {
 	ready chan struct{}
 }
 
-// New returns a webhook server; lookup reads a ManagedCache's annotations from the informer cache.
-func New(kube kubernetes.Interface, dyn dynamic.Interface, lookup admission.AnnotationsLookup, opts Options) (*Server, error) {
+// New returns a webhook server.
+func New(kube kubernetes.Interface, dyn dynamic.Interface, opts Options) (*Server, error) {
 	if opts.ClusterDomain == "" {
 		opts.ClusterDomain = api.DefaultClusterDomain
 	}
@@ -77,7 +78,7 @@ func New(kube kubernetes.Interface, dyn dynamic.Interface, lookup admission.Anno
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST "+ConvertPath, conversion.Handler())
-	mux.Handle("POST "+ValidatePath, admission.Handler(lookup))
+	mux.Handle("POST "+ValidatePath, admission.Handler(liveAnnotations(dyn)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	return &Server{opts: opts, kube: kube, dyn: dyn, certs: c, mux: mux, ready: make(chan struct{})}, nil
 }
@@ -173,5 +174,17 @@ func (s *Server) Run(ctx context.Context) error {
 				klog.ErrorS(err, "Renewing webhook certificates or registrations failed; retrying at the next check")
 			}
 		}
+	}
+}
+
+// liveAnnotations reads a ManagedCache's annotations from the API server, in the storage version
+// (no conversion, so no call back into this webhook).
+func liveAnnotations(dyn dynamic.Interface) admission.AnnotationsLookup {
+	return func(ctx context.Context, namespace, name string) (map[string]string, error) {
+		mc, err := dyn.Resource(api.Resource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return mc.GetAnnotations(), nil
 	}
 }
