@@ -68,16 +68,24 @@ func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain strin
 	s.Selector = labels.SelectorFromSet(api.SelectorLabels(mc.GetName())).String()
 	s.ReadyReplicas = 0
 	upToDate := false
+	var running int64
 	if sts != nil {
-		s.ReadyReplicas, _, _ = unstructured.NestedInt64(sts.Object, "status", "readyReplicas")
+		ready, _, _ := unstructured.NestedInt64(sts.Object, "status", "readyReplicas")
+		running, _, _ = unstructured.NestedInt64(sts.Object, "status", "replicas")
 		observed, _, _ := unstructured.NestedInt64(sts.Object, "status", "observedGeneration")
 		updated, _, _ := unstructured.NestedInt64(sts.Object, "status", "updatedReplicas")
 		upToDate = observed >= sts.GetGeneration() && updated >= spec.Replicas
+		// Members beyond the wanted count are on their way out: they are not counted, so
+		// readyReplicas (the scale subresource's status) never exceeds spec.replicas.
+		s.ReadyReplicas = min(ready, spec.Replicas)
 	}
 	msg := fmt.Sprintf("%d/%d replicas ready", s.ReadyReplicas, spec.Replicas)
 	switch {
 	case failReason != "":
 		s.setReady(gen, false, failReason, failMessage)
+	case running > spec.Replicas:
+		s.setReady(gen, false, ReasonWaitingForReplicas,
+			fmt.Sprintf("%s; %d members running, waiting for the surplus to stop", msg, running))
 	case upToDate && s.ReadyReplicas >= spec.Replicas:
 		s.setReady(gen, true, ReasonAllReplicasReady, msg)
 	default:

@@ -1,0 +1,325 @@
+package controller
+
+import (
+	"context"
+	"encoding/base64"
+	"strings"
+	"testing"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/render"
+	"example.com/cache-operator/templates"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+)
+
+// The kinds the controller watches, for the fake client and the REST mapper.
+var testKinds = map[schema.GroupVersionResource]string{
+	api.Resource:                                                       "ManagedCache",
+	{Version: "v1", Resource: "secrets"}:                               "Secret",
+	{Version: "v1", Resource: "services"}:                              "Service",
+	{Group: "apps", Version: "v1", Resource: "statefulsets"}:           "StatefulSet",
+	{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}: "PodDisruptionBudget",
+}
+
+type fixture struct {
+	t        *testing.T
+	client   *dynamicfake.FakeDynamicClient
+	ctrl     *Controller
+	recorder *record.FakeRecorder
+}
+
+// newFixture starts a controller on a fake dynamic client holding objs, with its caches synced.
+func newFixture(t *testing.T, cleanups []CleanupFunc, objs ...*unstructured.Unstructured) *fixture {
+	t.Helper()
+	listKinds := map[schema.GroupVersionResource]string{}
+	mapper := meta.NewDefaultRESTMapper(nil)
+	for gvr, kind := range testKinds {
+		listKinds[gvr] = kind + "List"
+		mapper.Add(gvr.GroupVersion().WithKind(kind), meta.RESTScopeNamespace)
+	}
+	var runtimeObjs []runtime.Object
+	for _, o := range objs {
+		if o.GetResourceVersion() == "" {
+			o.SetResourceVersion("1")
+		}
+		runtimeObjs = append(runtimeObjs, o)
+	}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, runtimeObjs...)
+	// The fake client cannot server-side apply; stand in with create-or-replace, which is all
+	// these tests need (the API-server tests in e2e/ prove what apply does).
+	client.PrependReactor("patch", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		p := a.(clienttesting.PatchAction)
+		if p.GetPatchType() != types.ApplyPatchType {
+			return false, nil, nil
+		}
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(p.GetPatch()); err != nil {
+			return true, nil, err
+		}
+		tracker := client.Tracker()
+		if _, err := tracker.Get(p.GetResource(), p.GetNamespace(), p.GetName()); err != nil {
+			return true, obj, tracker.Create(p.GetResource(), obj, p.GetNamespace())
+		}
+		return true, obj, tracker.Update(p.GetResource(), obj, p.GetNamespace())
+	})
+	renderer, err := render.NewRenderer(templates.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorder := record.NewFakeRecorder(100)
+	ctrl, err := New(client, mapper, renderer, recorder, Options{Workers: 1}, cleanups...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := ctrl.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client.ClearActions()
+	return &fixture{t: t, client: client, ctrl: ctrl, recorder: recorder}
+}
+
+// writes returns the verbs and resources of every request that was not a read.
+func (f *fixture) writes() []string {
+	var out []string
+	for _, a := range f.client.Actions() {
+		switch a.GetVerb() {
+		case "get", "list", "watch":
+			continue
+		}
+		r := a.GetResource().Resource
+		if a.GetSubresource() != "" {
+			r += "/" + a.GetSubresource()
+		}
+		if p, ok := a.(clienttesting.PatchAction); ok {
+			r += " " + string(p.GetPatchType())
+		}
+		out = append(out, a.GetVerb()+" "+r)
+	}
+	return out
+}
+
+func newCache(name string) *unstructured.Unstructured {
+	mc := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": api.GroupVersion.String(), "kind": api.Kind,
+		"metadata": map[string]interface{}{"name": name, "namespace": "shop", "uid": "uid-" + name, "generation": int64(1)},
+		"spec":     map[string]interface{}{"replicas": int64(3), "engine": map[string]interface{}{"version": "7.4"}},
+	}}
+	return mc
+}
+
+func child(apiVersion, kind, name string, owner *unstructured.Unstructured) *unstructured.Unstructured {
+	o := &unstructured.Unstructured{}
+	o.SetAPIVersion(apiVersion)
+	o.SetKind(kind)
+	o.SetNamespace("shop")
+	o.SetName(name)
+	if owner != nil {
+		o.SetOwnerReferences([]metav1.OwnerReference{api.OwnerReference(owner)})
+	}
+	return o
+}
+
+func (f *fixture) queued() []string {
+	var keys []string
+	for f.ctrl.queue.Len() > 0 {
+		k, _ := f.ctrl.queue.Get()
+		keys = append(keys, k)
+		f.ctrl.queue.Done(k)
+		f.ctrl.queue.Forget(k)
+	}
+	return keys
+}
+
+// A child's events enqueue the cache that controls it, an orphan carrying a cache's labels enqueues
+// that cache, and anything else enqueues nothing; a tombstone is unwrapped.
+func TestChildEventsEnqueueTheirOwner(t *testing.T) {
+	f := newFixture(t, nil)
+	f.queued()
+	owned := child("apps/v1", "StatefulSet", "sessions", newCache("sessions"))
+	orphan := child("v1", "Service", "orders", nil)
+	orphan.SetLabels(api.StandardLabels("orders"))
+	foreign := child("v1", "Service", "web", nil)
+	otherOwner := child("v1", "Service", "db", nil)
+	otherOwner.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "db", UID: "x", Controller: ptr.To(true)}})
+	for _, o := range []interface{}{owned, orphan, foreign, otherOwner, cache.DeletedFinalStateUnknown{Key: "shop/sessions", Obj: owned}} {
+		f.ctrl.enqueueOwner(o)
+	}
+	got := strings.Join(f.queued(), ",")
+	if got != "shop/sessions,shop/orders" {
+		t.Errorf("queued %q, want shop/sessions,shop/orders", got)
+	}
+}
+
+// A child that exists and is controlled by something else is not touched: the cache reports it
+// in its status and an Event.
+func TestChildOwnedByOtherIsNotAdopted(t *testing.T) {
+	mc := newCache("sessions")
+	svc := child("v1", "Service", "sessions", nil)
+	svc.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "x", Controller: ptr.To(true)}})
+	f := newFixture(t, nil, mc, svc)
+	if err := f.ctrl.reconcile(context.Background(), "shop/sessions"); err != nil {
+		t.Logf("reconcile: %v", err)
+	}
+	for _, w := range f.writes() {
+		if strings.Contains(w, "services") {
+			t.Errorf("wrote the Service it does not own: %s", w)
+		}
+	}
+	live, _ := f.client.Resource(api.Resource).Namespace("shop").Get(context.Background(), "sessions", metav1.GetOptions{})
+	st := statusOf(live)
+	if c := meta.FindStatusCondition(st.Conditions, ConditionReady); c == nil || c.Reason != "ServiceFailed" ||
+		!strings.Contains(c.Message, "Service/shop/sessions exists and is controlled by Deployment web") {
+		t.Errorf("Ready condition %+v, want ServiceFailed naming the Deployment", c)
+	}
+	if !strings.Contains(drain(f.recorder), "ServiceFailed") {
+		t.Error("no ServiceFailed Event")
+	}
+}
+
+func drain(r *record.FakeRecorder) string {
+	var out []string
+	for {
+		select {
+		case e := <-r.Events:
+			out = append(out, e)
+		default:
+			return strings.Join(out, "\n")
+		}
+	}
+}
+
+// The password Secret: created once with a plain create; a Secret that exists keeps its
+// password; the password never appears in an Event.
+func TestPasswordSecret(t *testing.T) {
+	ctx := context.Background()
+	t.Run("created once", func(t *testing.T) {
+		f := newFixture(t, nil, newCache("sessions"))
+		if err := f.ctrl.reconcile(ctx, "shop/sessions"); err != nil {
+			t.Logf("reconcile: %v", err)
+		}
+		if w := f.writes(); len(w) == 0 || w[0] != "create secrets" {
+			t.Errorf("writes %v, want a plain create of the Secret first", w)
+		}
+		s, err := f.client.Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).Namespace("shop").Get(ctx, "sessions-auth", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pw := passwordFrom(s)
+		if len(pw) != 64 {
+			t.Errorf("generated password has %d characters, want 64 hex", len(pw))
+		}
+		if strings.Contains(drain(f.recorder), pw) {
+			t.Error("an Event carries the password")
+		}
+	})
+	t.Run("kept", func(t *testing.T) {
+		mc := newCache("sessions")
+		secret := child("v1", "Secret", "sessions-auth", mc)
+		secret.SetLabels(api.StandardLabels("sessions"))
+		secret.Object["data"] = map[string]interface{}{api.PasswordKey: base64.StdEncoding.EncodeToString([]byte("users-choice"))}
+		f := newFixture(t, nil, mc, secret)
+		pw, err := f.ctrl.password(mc)
+		if err != nil || pw != "users-choice" {
+			t.Errorf("password %q, %v; want the Secret's", pw, err)
+		}
+		for _, w := range f.writes() {
+			if strings.Contains(w, "secrets") {
+				t.Errorf("wrote the Secret: %s", w)
+			}
+		}
+	})
+}
+
+// Without cleanup work the controller never adds the finalizer, and removes one an older version
+// added with a JSON patch (never a full update); with cleanup work it adds it by patch.
+func TestFinalizerOnlyForRealWork(t *testing.T) {
+	ctx := context.Background()
+	legacy := newCache("legacy")
+	legacy.SetFinalizers([]string{"example.com/other", api.Finalizer})
+	f := newFixture(t, nil, legacy)
+	out, err := f.ctrl.syncFinalizer(ctx, legacy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.GetFinalizers(); len(got) != 1 || got[0] != "example.com/other" {
+		t.Errorf("finalizers %v, want only the other one", got)
+	}
+	if w := strings.Join(f.writes(), ";"); w != "patch managedcaches application/json-patch+json" {
+		t.Errorf("writes %q, want one JSON patch", w)
+	}
+	f.client.ClearActions()
+	if _, err := f.ctrl.syncFinalizer(ctx, out); err != nil || len(f.writes()) != 0 {
+		t.Errorf("second pass: writes %v, err %v; want none", f.writes(), err)
+	}
+
+	fresh := newCache("fresh")
+	g := newFixture(t, []CleanupFunc{func(context.Context, *unstructured.Unstructured) error { return nil }}, fresh)
+	out, err = g.ctrl.syncFinalizer(ctx, fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.GetFinalizers(); len(got) != 1 || got[0] != api.Finalizer {
+		t.Errorf("with cleanup work: finalizers %v", got)
+	}
+}
+
+// Status: Ready only when the StatefulSet runs exactly the wanted members, all ready and updated.
+func TestStatus(t *testing.T) {
+	mc := newCache("sessions")
+	spec, err := api.SpecFrom(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts := func(replicas, ready, updated int64) *unstructured.Unstructured {
+		s := child("apps/v1", "StatefulSet", "sessions", mc)
+		s.SetGeneration(2)
+		s.Object["status"] = map[string]interface{}{"observedGeneration": int64(2), "replicas": replicas,
+			"readyReplicas": ready, "updatedReplicas": updated}
+		return s
+	}
+	for _, tc := range []struct {
+		name         string
+		sts          *unstructured.Unstructured
+		ready        bool
+		readyMembers int64
+		reason       string
+	}{
+		{"no StatefulSet yet", nil, false, 0, ReasonWaitingForReplicas},
+		{"starting", sts(3, 1, 3), false, 1, ReasonWaitingForReplicas},
+		{"all ready", sts(3, 3, 3), true, 3, ReasonAllReplicasReady},
+		{"rolling", sts(3, 3, 2), false, 3, ReasonWaitingForReplicas},
+		{"scaling down from 5", sts(5, 5, 5), false, 3, ReasonWaitingForReplicas},
+	} {
+		s := newStatus(mc, spec, api.DefaultClusterDomain, tc.sts, "", "")
+		c := meta.FindStatusCondition(s.Conditions, ConditionReady)
+		if (c.Status == metav1.ConditionTrue) != tc.ready || c.Reason != tc.reason || s.ReadyReplicas != tc.readyMembers {
+			t.Errorf("%s: Ready %s/%s (%s), readyReplicas %d; want ready %v, %s, %d", tc.name, c.Status, c.Reason, c.Message,
+				s.ReadyReplicas, tc.ready, tc.reason, tc.readyMembers)
+		}
+		if s.Endpoint != "sessions.shop.svc.cluster.local:6379" || s.ObservedGeneration != 1 {
+			t.Errorf("%s: endpoint %q, observedGeneration %d", tc.name, s.Endpoint, s.ObservedGeneration)
+		}
+	}
+	// A status that is already right is not written again; lastTransitionTime stays.
+	s := newStatus(mc, spec, api.DefaultClusterDomain, sts(3, 3, 3), "", "")
+	updated, err := withStatus(mc, s)
+	if err != nil || updated == nil {
+		t.Fatalf("first status: %v", err)
+	}
+	again := newStatus(updated, spec, api.DefaultClusterDomain, sts(3, 3, 3), "", "")
+	if u, _ := withStatus(updated, again); u != nil {
+		t.Error("an unchanged status would be written again")
+	}
+}
