@@ -34,6 +34,7 @@ func main() {
 	flag.IntVar(&cfg.Controller.Workers, "workers", 4, "caches reconciled in parallel")
 	qps := flag.Float64("kube-api-qps", 50, "client-side limit of API requests per second")
 	flag.IntVar(&cfg.Burst, "kube-api-burst", 100, "client-side burst of API requests")
+	flag.DurationVar(&cfg.Controller.ShutdownGrace, "shutdown-grace", 10*time.Second, "on SIGTERM, how long reconciles in flight may finish before they are cancelled (keep it below the pod's termination grace period)")
 	flag.DurationVar(&cfg.Controller.Resync, "resync", 10*time.Hour, "re-check every cache this often even without events (0: never)")
 	flag.StringVar(&cfg.Namespace, "namespace", envOr("POD_NAMESPACE", "cache-operator-system"), "the operator's namespace (webhook certificate, lease)")
 	flag.StringVar(&cfg.Identity, "identity", hostname+"_"+rand.String(6), "this replica's name in the lease and in its user agent")

@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -48,6 +48,10 @@ type Options struct {
 	Workers int
 	// Resync is how often every cache is re-checked even without events (0: never).
 	Resync time.Duration
+	// ShutdownGrace is how long reconciles in flight may run on after shutdown starts before
+	// they are cancelled (default 10s): well inside the pod's termination grace period, so that
+	// the lease is released before the kubelet kills the process.
+	ShutdownGrace time.Duration
 }
 
 // CleanupFunc releases what a cache holds outside the cluster when it is deleted. The finalizer
@@ -85,6 +89,9 @@ type Controller struct {
 func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Renderer, recorder record.EventRecorder, opts Options, cleanups ...CleanupFunc) (*Controller, error) {
 	if opts.Workers < 1 {
 		opts.Workers = 1
+	}
+	if opts.ShutdownGrace <= 0 {
+		opts.ShutdownGrace = 10 * time.Second
 	}
 	if opts.Render.ClusterDomain == "" {
 		opts.Render.ClusterDomain = api.DefaultClusterDomain
@@ -176,38 +183,42 @@ func (c *Controller) Start(ctx context.Context) error {
 	return nil
 }
 
-// RunWorkers reconciles until ctx ends; then it stops taking work and waits up to drain for the
-// reconciles in flight.
+// RunWorkers reconciles until ctx ends. Then it takes no more work (what is queued is left: the
+// next leader lists everything anew) and gives the reconciles in flight up to
+// Options.ShutdownGrace to finish; after that their context is cancelled, so that every request
+// they make returns at once. It returns when no reconcile runs any more.
 func (c *Controller) RunWorkers(ctx context.Context) {
 	defer utilruntime.HandleCrash()
 	if err := c.MigrateStorage(ctx); err != nil {
 		klog.ErrorS(err, "Storage migration failed; the next leader retries it")
 	}
 	klog.InfoS("Starting workers", "count", c.opts.Workers)
-	done := make(chan struct{})
+	// Reconciles run on a context that outlives ctx by the grace, so that one in flight can
+	// finish its writes instead of leaving a half-applied cache.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	var workers sync.WaitGroup
 	for i := 0; i < c.opts.Workers; i++ {
+		workers.Add(1)
 		go func() {
-			wait.UntilWithContext(ctx, c.worker, time.Second)
-			done <- struct{}{}
+			defer workers.Done()
+			for c.processNextWorkItem(ctx, work) {
+			}
 		}()
 	}
 	<-ctx.Done()
-	klog.InfoS("Shutting down: finishing reconciles in flight")
-	drained := make(chan struct{})
-	go func() { c.queue.ShutDownWithDrain(); close(drained) }()
+	c.queue.ShutDown()
+	stopped := make(chan struct{})
+	go func() { workers.Wait(); close(stopped) }()
+	klog.InfoS("Shutting down: finishing reconciles in flight", "grace", c.opts.ShutdownGrace, "queued", c.queue.Len())
 	select {
-	case <-drained:
-	case <-time.After(drainTimeout):
-		klog.InfoS("Reconciles in flight did not finish in time; stopping anyway", "timeout", drainTimeout)
-		c.queue.ShutDown()
-	}
-	for i := 0; i < c.opts.Workers; i++ {
-		<-done
+	case <-stopped:
+	case <-time.After(c.opts.ShutdownGrace):
+		klog.InfoS("Reconciles in flight did not finish in time; cancelling them", "grace", c.opts.ShutdownGrace)
+		cancelWork()
+		<-stopped
 	}
 }
-
-// drainTimeout bounds how long a shutdown waits for reconciles in flight.
-const drainTimeout = 20 * time.Second
 
 // HasSynced reports whether every informer cache has synced.
 func (c *Controller) HasSynced() bool {
@@ -222,19 +233,19 @@ func (c *Controller) HasSynced() bool {
 	return true
 }
 
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNextWorkItem(ctx) {
-	}
-}
-
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+// processNextWorkItem reconciles one key on the context work. It returns false once ctx has ended
+// (shutdown) or the queue is shut down.
+func (c *Controller) processNextWorkItem(ctx, work context.Context) bool {
 	key, shutdown := c.queue.Get()
 	if shutdown {
 		return false
 	}
 	defer c.queue.Done(key)
+	if ctx.Err() != nil {
+		return false // shutting down: the backlog is left to the next leader
+	}
 	start := time.Now()
-	err := c.reconcile(context.WithoutCancel(ctx), key) // an in-flight reconcile finishes on shutdown
+	err := c.reconcile(work, key)
 	metrics.ObserveReconcile(start, err)
 	c.reconciles.Add(1)
 	if err == nil {

@@ -3,8 +3,10 @@ package controller
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/render"
@@ -321,5 +323,44 @@ func TestStatus(t *testing.T) {
 	again := newStatus(updated, spec, api.DefaultClusterDomain, sts(3, 3, 3), "", "")
 	if u, _ := withStatus(updated, again); u != nil {
 		t.Error("an unchanged status would be written again")
+	}
+}
+
+// On shutdown the workers take no more queued caches, so a backlog cannot hold the process (and
+// the lease) past its grace period: only the reconciles in flight finish.
+func TestShutdownLeavesTheBacklog(t *testing.T) {
+	var objs []*unstructured.Unstructured
+	for i := 0; i < 100; i++ {
+		objs = append(objs, newCache(fmt.Sprintf("c%03d", i)))
+	}
+	f := newFixture(t, nil, objs...)
+	// Every write takes a while, as on a loaded API server.
+	f.client.PrependReactor("*", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if v := a.GetVerb(); v != "get" && v != "list" && v != "watch" {
+			time.Sleep(20 * time.Millisecond)
+		}
+		return false, nil, nil
+	})
+	f.ctrl.opts.Workers = 2
+	ctx, cancel := context.WithCancel(context.Background())
+	returned := make(chan struct{})
+	go func() { f.ctrl.RunWorkers(ctx); close(returned) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.ctrl.Reconciles() < 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	atCancel := f.ctrl.Reconciles()
+	if atCancel < 1 || f.ctrl.queue.Len() < 50 {
+		t.Fatalf("setup: %d reconciles done, %d queued; want a backlog", atCancel, f.ctrl.queue.Len())
+	}
+	start := time.Now()
+	cancel()
+	select {
+	case <-returned:
+	case <-time.After(f.ctrl.opts.ShutdownGrace):
+		t.Fatalf("RunWorkers still running %v after shutdown began", f.ctrl.opts.ShutdownGrace)
+	}
+	if after := f.ctrl.Reconciles() - atCancel; after > int64(f.ctrl.opts.Workers) {
+		t.Errorf("%d reconciles finished after shutdown began (in %v); want at most the %d in flight", after, time.Since(start), f.ctrl.opts.Workers)
 	}
 }
