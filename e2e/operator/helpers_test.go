@@ -21,11 +21,13 @@ import (
 	"testing"
 	"time"
 
-	"example.com/cache-operator/e2e/framework"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"example.com/cache-operator/e2e/framework"
+	"example.com/cache-operator/engine/conversion"
 )
 
 var (
@@ -138,9 +140,15 @@ func cacheObject(ns, name string, spec map[string]interface{}) *unstructured.Uns
 	}}
 }
 
+// createCache creates a cache from a v1 spec. It is sent as v2, the stored version (converted here
+// with the operator's own conversion), so that it needs no webhook and works with no operator up.
 func createCache(t *testing.T, c *framework.Cluster, ns, name string, spec map[string]interface{}) {
 	t.Helper()
-	if _, err := c.Dynamic.Resource(mcGVR).Namespace(ns).Create(context.Background(), cacheObject(ns, name, spec), metav1.CreateOptions{}); err != nil {
+	v2, err := conversion.ToV2(cacheObject(ns, name, spec).Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Create(context.Background(), &unstructured.Unstructured{Object: v2}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating ManagedCache %s/%s: %v", ns, name, err)
 	}
 }

@@ -22,6 +22,8 @@ func TestInvalidSpecsAreRejectedAtApply(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.Namespace(t, "invalid")
+	startOperator(t, c) // a v1 request is converted to v2, the stored version
+	deleteCachesOnCleanup(t, c, ns)
 	apply := func(name, spec string) error {
 		doc := fmt.Sprintf("apiVersion: cache.example.com/v1\nkind: ManagedCache\nmetadata: {name: %s, namespace: %s}\nspec: %s\n", name, ns, spec)
 		cmd := c.KubectlCmd(ctx, "apply", "-f", "-")

@@ -5,7 +5,10 @@
 //   - v1 -> v2 -> v1 returns the identical object;
 //   - v2 -> v1 -> v2 returns the identical object: whatever v1 cannot express (engine.name,
 //     a storage size that is not a whole number of GiB, storageClassName, eviction.maxMemory,
-//     resources, ...) travels in the annotation cache.example.com/v2-spec as JSON.
+//     resources, ...) travels in the annotation cache.example.com/v2-spec as JSON;
+//   - an edit made through v1 between two conversions wins over that annotation: a value from
+//     the annotation is restored only where it still agrees with the v1 fields (a storage size of
+//     "10.5Gi" is kept while storageGi is still 11, and dropped once a user set storageGi: 20).
 //
 // It is not for validation or defaulting: the CRD schema does both for each version.
 package conversion
@@ -67,7 +70,7 @@ func ToV2(v1 map[string]interface{}) (map[string]interface{}, error) {
 		// Not ours to interpret: leave the annotation where it is.
 		return out, nil
 	}
-	merge(out["spec"].(map[string]interface{}), extra)
+	restore(out["spec"].(map[string]interface{}), spec, extra)
 	delete(annotations, SpecAnnotation)
 	if len(annotations) == 0 {
 		delete(meta, "annotations")
@@ -98,6 +101,65 @@ func specUp(s map[string]interface{}) map[string]interface{} {
 	return v2
 }
 
+// restore writes into the v2 spec up each value of extra (the annotation) that agrees with the v1
+// spec v1: one that converts back to the same v1 fields. A value that does not was overridden by
+// an edit through v1 since the annotation was written, and the edit wins.
+func restore(up, v1, extra map[string]interface{}) {
+	for _, leaf := range leaves(nil, extra) {
+		candidate := deepCopy(up)
+		setPath(candidate, leaf.path, deepCopyValue(leaf.value))
+		if sameV1Fields(specDown(candidate), v1) {
+			setPath(up, leaf.path, deepCopyValue(leaf.value))
+		}
+	}
+}
+
+// v1Fields are the fields of a v1 spec that conversion maps.
+var v1Fields = []string{"size", "version", "storageGi", "evictionPolicy"}
+
+func sameV1Fields(a, b map[string]interface{}) bool {
+	for _, f := range v1Fields {
+		av, aok := a[f]
+		bv, bok := b[f]
+		if aok != bok || (aok && !equalJSON(av, bv)) {
+			return false
+		}
+	}
+	return true
+}
+
+type leaf struct {
+	path  []string
+	value interface{}
+}
+
+// leaves lists the values of m that are not non-empty maps, with their paths.
+func leaves(prefix []string, m map[string]interface{}) []leaf {
+	var out []leaf
+	for k, v := range m {
+		p := append(append([]string{}, prefix...), k)
+		if vm, ok := v.(map[string]interface{}); ok && len(vm) > 0 {
+			out = append(out, leaves(p, vm)...)
+			continue
+		}
+		out = append(out, leaf{p, v})
+	}
+	return out
+}
+
+// setPath sets m[path...] to v, creating the maps on the way (replacing a non-map).
+func setPath(m map[string]interface{}, path []string, v interface{}) {
+	for _, k := range path[:len(path)-1] {
+		next, ok := m[k].(map[string]interface{})
+		if !ok {
+			next = map[string]interface{}{}
+			m[k] = next
+		}
+		m = next
+	}
+	m[path[len(path)-1]] = v
+}
+
 // ToV1 converts a v2 object to v1.
 func ToV1(v2 map[string]interface{}) (map[string]interface{}, error) {
 	out := deepCopy(v2)
@@ -106,27 +168,7 @@ func ToV1(v2 map[string]interface{}) (map[string]interface{}, error) {
 	if spec == nil {
 		return out, nil
 	}
-	v1 := map[string]interface{}{}
-	if r, ok := spec["replicas"]; ok {
-		v1["size"] = r
-	}
-	if e, ok := spec["engine"].(map[string]interface{}); ok {
-		if v, ok := e["version"]; ok {
-			v1["version"] = v
-		}
-	}
-	if s, ok := spec["storage"].(map[string]interface{}); ok {
-		if str, ok := s["size"].(string); ok {
-			if q, err := resource.ParseQuantity(str); err == nil {
-				v1["storageGi"] = int64(math.Ceil(float64(q.Value()) / float64(gi.Value())))
-			}
-		}
-	}
-	if e, ok := spec["eviction"].(map[string]interface{}); ok {
-		if p, ok := e["policy"]; ok {
-			v1["evictionPolicy"] = p
-		}
-	}
+	v1 := specDown(spec)
 	out["spec"] = v1
 	// What v1 cannot carry: everything of the v2 spec that converting back would not restore.
 	extra := subtract(spec, specUp(v1))
@@ -151,6 +193,32 @@ func ToV1(v2 map[string]interface{}) (map[string]interface{}, error) {
 	return out, nil
 }
 
+// specDown maps a v2 spec to the v1 fields; it creates only what v2 has.
+func specDown(spec map[string]interface{}) map[string]interface{} {
+	v1 := map[string]interface{}{}
+	if r, ok := spec["replicas"]; ok {
+		v1["size"] = r
+	}
+	if e, ok := spec["engine"].(map[string]interface{}); ok {
+		if v, ok := e["version"]; ok {
+			v1["version"] = v
+		}
+	}
+	if s, ok := spec["storage"].(map[string]interface{}); ok {
+		if str, ok := s["size"].(string); ok {
+			if q, err := resource.ParseQuantity(str); err == nil {
+				v1["storageGi"] = int64(math.Ceil(float64(q.Value()) / float64(gi.Value())))
+			}
+		}
+	}
+	if e, ok := spec["eviction"].(map[string]interface{}); ok {
+		if p, ok := e["policy"]; ok {
+			v1["evictionPolicy"] = p
+		}
+	}
+	return v1
+}
+
 // subtract returns the parts of want that have is missing or has with another value.
 func subtract(want, have map[string]interface{}) map[string]interface{} {
 	out := map[string]interface{}{}
@@ -170,19 +238,6 @@ func subtract(want, have map[string]interface{}) map[string]interface{} {
 		}
 	}
 	return out
-}
-
-// merge writes extra into dst, recursing into maps.
-func merge(dst, extra map[string]interface{}) {
-	for k, v := range extra {
-		vm, vIsMap := v.(map[string]interface{})
-		dm, dIsMap := dst[k].(map[string]interface{})
-		if vIsMap && dIsMap && len(vm) > 0 {
-			merge(dm, vm)
-			continue
-		}
-		dst[k] = v
-	}
 }
 
 // equalJSON compares two JSON values, numbers by value whatever their Go type.

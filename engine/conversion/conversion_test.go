@@ -228,6 +228,67 @@ func TestRoundTripProperty(t *testing.T) {
 	}
 }
 
+// An edit made through v1 between two conversions is never undone by the annotation that carries
+// what v1 cannot show: v2 -> v1, then a user changes v1 fields, then v1 -> v2 shows the edit, and
+// keeps every field v1 cannot express.
+func TestV1EditsBetweenConversionsWin(t *testing.T) {
+	r := rand.New(rand.NewSource(2))
+	edits := []func(spec map[string]interface{}){
+		func(s map[string]interface{}) { s["storageGi"] = int64(1 + r.Intn(1000)) },
+		func(s map[string]interface{}) { s["size"] = int64(1 + r.Intn(9)) },
+		func(s map[string]interface{}) { s["version"] = pick(r, "7.2", "7.4", "8.0") },
+		func(s map[string]interface{}) { s["evictionPolicy"] = pick(r, "noeviction", "allkeys-lru", "volatile-lru") },
+	}
+	for i := 0; i < roundTripCases; i++ {
+		orig := randomV2(r)
+		v1, err := ToV1(orig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := v1["spec"].(map[string]interface{})
+		for n := 1 + r.Intn(3); n > 0; n-- {
+			pick(r, edits...)(spec)
+		}
+		edited := deepCopy(spec)
+		v2, err := ToV2(v1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := specDown(v2["spec"].(map[string]interface{})); !sameV1Fields(got, edited) {
+			t.Fatalf("case %d: the v1 edit was lost:\n original v2 %v\n edited v1   %v\n back in v2  %v", i, orig["spec"], edited, v2["spec"])
+		}
+		// What v1 cannot express survives.
+		for _, path := range [][]string{{"engine", "name"}, {"storage", "storageClassName"}, {"eviction", "maxMemory"}, {"resources"}} {
+			want, wantOK := nested(orig["spec"], path)
+			got, gotOK := nested(v2["spec"], path)
+			if wantOK != gotOK || !reflect.DeepEqual(want, got) {
+				t.Fatalf("case %d: %v was %v, now %v", i, path, want, got)
+			}
+		}
+	}
+	// The case the review found: a storage size v1 shows rounded up, then grown through v1.
+	v1, _ := ToV1(map[string]interface{}{"apiVersion": V2, "kind": "ManagedCache", "metadata": map[string]interface{}{"name": "c"},
+		"spec": map[string]interface{}{"engine": map[string]interface{}{"version": "7.4"}, "storage": map[string]interface{}{"size": "10.5Gi"}}})
+	v1["spec"].(map[string]interface{})["storageGi"] = int64(20)
+	v2, _ := ToV2(v1)
+	if got, _ := nested(v2["spec"], []string{"storage", "size"}); got != "20Gi" {
+		t.Errorf("storageGi 11 -> 20 through v1 gave storage.size %v, want 20Gi", got)
+	}
+}
+
+func nested(v interface{}, path []string) (interface{}, bool) {
+	for _, k := range path {
+		m, ok := v.(map[string]interface{})
+		if !ok {
+			return nil, false
+		}
+		if v, ok = m[k]; !ok {
+			return nil, false
+		}
+	}
+	return v, true
+}
+
 // FuzzRoundTrip: any JSON object that decodes as a v1 or v2 ManagedCache survives the round trip.
 func FuzzRoundTrip(f *testing.F) {
 	r := rand.New(rand.NewSource(2))
