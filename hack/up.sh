@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The second half of `make up` (after `make cluster` and `make build`): CRD, namespace shop, the
-# operator in the background, the sample cache, then wait until it is Ready. Safe to repeat: it
-# starts the operator only if it is not running and changes nothing that is already right.
+# operator in the background, then (once it serves) the sample cache, and wait until it is Ready.
+# Safe to repeat: it starts the operator only if it is not running, and never touches a sample
+# cache that already exists.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 k=("$KUBECTL" --kubeconfig "$DEV_KUBECONFIG" --cache-dir .cluster/kubectl-cache)
@@ -33,14 +34,27 @@ if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
 	echo "up: started the operator (PID $!, log $log); webhooks on https://127.0.0.1:9443"
 fi
 
-echo "up: applying manifests/samples/sessions.yaml"
-"${k[@]}" apply --server-side -f manifests/samples/sessions.yaml >/dev/null
-echo "up: waiting for the operator to be ready (http://127.0.0.1:8081/readyz) ..."
+# Nothing is applied before the operator serves: a request in v1 needs its conversion webhook.
+echo "up: waiting for the operator to serve its webhooks (http://127.0.0.1:8081/readyz) ..."
+ready=0
 for _ in $(seq 1 60); do
-	curl -fsS http://127.0.0.1:8081/readyz >/dev/null 2>&1 && break
+	if curl -fsS http://127.0.0.1:8081/readyz >/dev/null 2>&1; then ready=1; break; fi
 	kill -0 "$(cat "$pidfile")" 2>/dev/null || { echo "up: the operator exited; log:" >&2; tail -n 20 "$log" >&2; exit 1; }
 	sleep 1
 done
+if ((!ready)); then
+	echo "up: the operator did not become ready in 60s; last log lines:" >&2
+	tail -n 20 "$log" >&2
+	exit 1
+fi
+# The sample is created once and then left alone: a user's later changes (kubectl scale, edit)
+# are theirs, and applying the file again would undo or conflict with them.
+if "${k[@]}" get managedcache sessions -n shop >/dev/null 2>&1; then
+	echo "up: shop/sessions exists; leaving it as it is"
+else
+	echo "up: creating shop/sessions from manifests/samples/sessions.yaml"
+	"${k[@]}" create -f manifests/samples/sessions.yaml >/dev/null
+fi
 echo "up: waiting for shop/sessions to be Ready ..."
 if ! "${k[@]}" wait --for=condition=Ready managedcache/sessions -n shop --timeout=180s >/dev/null; then
 	echo "up: shop/sessions is not Ready; last operator log lines:" >&2

@@ -165,3 +165,17 @@ func (c *Cluster) Exec(ctx context.Context, ns, pod, container string, command .
 	}
 	return out.String(), nil
 }
+
+// RestartCluster stops the whole cluster (the real nodes with their pods, then the control plane)
+// and starts it again from its stored state, as after a power cut, and waits for every real node
+// to be Ready. It returns how long the restart took.
+func (c *Cluster) RestartCluster(t testing.TB) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if out, err := c.clusterScript(ctx, "restart"); err != nil {
+		t.Fatalf("restarting the cluster: %v\n%s", err, out)
+	}
+	return time.Since(start)
+}

@@ -325,10 +325,28 @@ down() {
 	log "down"
 }
 
+# restart stops the whole cluster (the real nodes with their pods, then the control plane) and
+# starts it again from its stored state, as after a power cut: etcd keeps every object.
+restart() {
+	local start=$SECONDS n
+	if [[ ${REAL_NODES:-1} == 1 ]]; then for n in "${real_nodes[@]}"; do stop_node "real-$n"; done; fi
+	log "stopping the control plane"
+	"$bin/kwokctl" stop cluster --name "$name"
+	log "starting the control plane"
+	"$bin/kwokctl" start cluster --name "$name"
+	wait_for 60 "the API server" "${kubectl[@]}" get --raw /readyz
+	if [[ ${REAL_NODES:-1} == 1 ]]; then
+		for n in "${real_nodes[@]}"; do start_node "real-$n"; done
+		for n in "${real_nodes[@]}"; do wait_node "real-$n"; done
+	fi
+	log "restarted in $((SECONDS - start))s"
+}
+
 case ${1:-} in
 up) up ;;
 down) down ;;
+restart) restart ;;
 stop-node) stop_node "${2:?node name}" ;;
 start-node) start_node "${2:?node name}" && wait_node "$2" ;;
-*) echo "usage: $0 up|down|stop-node NODE|start-node NODE" >&2; exit 2 ;;
+*) echo "usage: $0 up|down|restart|stop-node NODE|start-node NODE" >&2; exit 2 ;;
 esac
