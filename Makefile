@@ -47,6 +47,9 @@ run: build install ## run the operator in the foreground against the current kub
 up: build cluster ## the main job: local cluster, CRD, operator, sample cache; waits until Ready
 	@DEV_KUBECONFIG=$(DEV_KUBECONFIG) OPERATOR=$(OPERATOR) KUBECTL=$(KUBECTL) hack/up.sh
 
+deploy: build ## deploy the operator into the cluster of $$KUBECONFIG (default: the local one) with manifests/
+	@KUBECTL="$(KUBECTL) --kubeconfig $${KUBECONFIG:-$(DEV_KUBECONFIG)}" hack/deploy.sh
+
 down: ## stop the operator started by make up, then the local cluster
 	@if [ -f .cluster/operator.pid ] && kill -0 $$(cat .cluster/operator.pid) 2>/dev/null; then \
 		echo "down: stopping the operator (PID $$(cat .cluster/operator.pid))"; kill $$(cat .cluster/operator.pid); fi

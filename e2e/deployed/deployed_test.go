@@ -47,15 +47,22 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// deploy applies manifests/ as the README says, and removes the operator (not the CRD, nor the
-// caches) when the test ends.
+// deploy runs make deploy's script (kubectl apply --server-side -k manifests/, as the README
+// says), and removes the operator (not the CRD, nor the caches) when the test ends, pointing the
+// CRD's conversion webhook back at the address the other tests' operators serve.
 func deploy(t *testing.T, c *framework.Cluster) {
 	t.Helper()
 	ctx := context.Background()
-	if out, err := c.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(c.Root, "manifests")); err != nil {
-		t.Fatalf("kubectl apply -k manifests/: %v\n%s", err, out)
+	cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "hack", "deploy.sh"))
+	cmd.Env = append(cmd.Environ(), "KUBECTL="+filepath.Join(c.Root, "bin", "cluster", "kubectl")+" --kubeconfig "+c.Kubeconfig)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/deploy.sh: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {
+		if out, err := c.Kubectl(ctx, "patch", "crd", "managedcaches.cache.example.com", "--type=merge", "-p",
+			`{"spec":{"conversion":{"webhook":{"clientConfig":{"service":null,"url":"https://127.0.0.1:9443/convert"}}}}}`); err != nil {
+			t.Logf("cleanup: %v\n%s", err, out)
+		}
 		for _, args := range [][]string{
 			{"delete", "deployment", "cache-operator", "-n", opNS, "--ignore-not-found", "--wait=true", "--timeout=90s"},
 			{"delete", "service,poddisruptionbudget", "-l", "app.kubernetes.io/name=cache-operator", "-n", opNS, "--ignore-not-found"},
@@ -240,7 +247,8 @@ func TestDeployedOperator(t *testing.T) {
 	ctx := context.Background()
 	start := time.Now()
 	deploy(t, c)
-	t.Logf("deployed: 2 replicas ready %v after kubectl apply", waitAvailable(t, c, 3*time.Minute).Round(100*time.Millisecond))
+	waitAvailable(t, c, 3*time.Minute)
+	t.Logf("deployed: 2 replicas Ready %v after kubectl apply began", time.Since(start).Round(100*time.Millisecond))
 	ns := c.RealNamespace(t, "deployed")
 	apply(t, c, cacheDoc(ns, "sessions", 3))
 	waitCacheReady(t, c, ns, "sessions", 3, 3*time.Minute)
@@ -309,11 +317,16 @@ func TestDeployedOperator(t *testing.T) {
 			t.Fatalf("storedVersions %s; want v1 among them", stored)
 		}
 		// Every operator pod at once.
+		current, err := c.Kube.CoreV1().Pods(opNS).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			t.Fatal(err)
+		}
 		t0 := time.Now()
 		if out, err := c.Kubectl(ctx, "delete", "pods", "-n", opNS, "-l", selector, "--wait=false"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		waitGone(t, c, pods.Items)
+		waitGone(t, c, current.Items)
+		t.Logf("all operator pods deleted at once: the old ones gone %v later (SIGTERM, shutdown)", time.Since(t0).Round(100*time.Millisecond))
 		waitAvailable(t, c, 3*time.Minute)
 		t.Logf("all operator pods deleted at once: both Ready again %v later", time.Since(t0).Round(100*time.Millisecond))
 		for i := 0; i < 3; i++ {
@@ -327,14 +340,44 @@ func TestDeployedOperator(t *testing.T) {
 	})
 
 	t.Run("whole cluster restart", func(t *testing.T) {
+		began := time.Now()
 		took := c.RestartCluster(t)
 		t0 := time.Now()
-		t.Logf("cluster restarted in %v", took.Round(100*time.Millisecond))
-		waitAvailable(t, c, 3*time.Minute)
-		t.Logf("after the restart: both operator replicas Ready in %v", time.Since(t0).Round(100*time.Millisecond))
+		t.Logf("cluster restarted in %v (real nodes and their pods stopped, control plane stopped and started)", took.Round(100*time.Millisecond))
+		// The pods' processes died with their nodes: wait for new ones, not for the stale status.
+		waitPodsReadySince(t, c, opNS, selector, 2, began)
+		t.Logf("after the restart: both operator replicas running again and Ready in %v", time.Since(t0).Round(100*time.Millisecond))
+		waitPodsReadySince(t, c, ns, "app.kubernetes.io/instance=sessions", 3, began)
 		waitCacheReady(t, c, ns, "sessions", 3, 3*time.Minute)
-		t.Logf("after the restart: the cache Ready in %v; a change reconciled in %v", time.Since(t0).Round(100*time.Millisecond),
+		t.Logf("after the restart: the cache's members Ready again in %v", time.Since(t0).Round(100*time.Millisecond))
+		t.Logf("after the restart: a change reconciled %v later (a new leader waits for the killed leader's lease to expire)",
 			serviceRecreated(t, c, ns, "sessions", time.Minute).Round(100*time.Millisecond))
+	})
+}
+
+// waitPodsReadySince waits until want pods matching selector in ns are Ready, each having become
+// Ready after since (so a status from before a restart does not count).
+func waitPodsReadySince(t *testing.T, c *framework.Cluster, ns, selector string, want int, since time.Time) {
+	t.Helper()
+	framework.Eventually(t, 3*time.Minute, fmt.Sprintf("%d pods %s in %s Ready again", want, selector, ns), func() (bool, string, error) {
+		pods, err := c.Kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, "", err
+		}
+		n := 0
+		var seen []string
+		for _, p := range pods.Items {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady {
+					fresh := cond.Status == corev1.ConditionTrue && !cond.LastTransitionTime.Time.Before(since.Truncate(time.Second))
+					if fresh {
+						n++
+					}
+					seen = append(seen, fmt.Sprintf("%s Ready=%s since %s", p.Name, cond.Status, cond.LastTransitionTime.Format(time.TimeOnly)))
+				}
+			}
+		}
+		return n >= want, strings.Join(seen, "; "), nil
 	})
 }
 
