@@ -604,6 +604,7 @@ func TestGracefulTermination(t *testing.T) {
 	waitLog(t, c, ns, "polite", "started")
 	waitLog(t, c, ns, "stubborn", "started")
 
+	politeDeleted := time.Now()
 	if err := c.Kube.CoreV1().Pods(ns).Delete(ctx, "polite", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -614,6 +615,24 @@ func TestGracefulTermination(t *testing.T) {
 		}
 		return strings.Contains(out, "preStop-ran\ngot SIGTERM"), out, nil
 	})
+	// Once its process has exited, the pod leaves the API server at once, as with the kubelet,
+	// not when its 30 s grace period ends.
+	var politeGone time.Duration
+	framework.Eventually(t, 40*time.Second, "polite to be removed from the API server", func() (bool, string, error) {
+		p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, "polite", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			politeGone = time.Since(politeDeleted)
+			return true, "", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		return false, describe(p), nil
+	})
+	t.Logf("polite pod (exits 1 s after SIGTERM) gone %s after deletion (grace period 30 s)", politeGone.Round(100*time.Millisecond))
+	if politeGone > 10*time.Second {
+		t.Errorf("a pod whose process exited 1 s after SIGTERM stayed %s; want it removed once stopped, long before its 30 s grace period", politeGone)
+	}
 
 	start := time.Now()
 	if err := c.Kube.CoreV1().Pods(ns).Delete(ctx, "stubborn", metav1.DeleteOptions{}); err != nil {

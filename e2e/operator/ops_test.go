@@ -213,15 +213,16 @@ func TestLeaderElection(t *testing.T) {
 		}
 	}
 
-	ops[leader].stop(syscall.SIGKILL)
-	// The old leader is dead and reaped from here on (the time used to be taken before the
-	// signal, and a cold CI run saw an Event create received in between). A request it wrote to
-	// its socket just before dying may still be read by the API server a moment later, so writes
-	// count as the old leader's only from a second after.
-	killed := time.Now()
-	const inFlight = time.Second
+	// Pause the leader past its lease (SIGSTOP: a stalled process or VM), let the follower take
+	// over, give the paused leader work it would do on waking (every cache changes), then resume it.
+	// It must not write once it has lost the lease, and it must exit.
+	old := ops[leader]
+	if err := old.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
 	var acquired time.Time
-	framework.Eventually(t, 2*leaseDuration, "the follower to take the lease", func() (bool, string, error) {
+	framework.Eventually(t, 3*leaseDuration, "the follower to take the lease", func() (bool, string, error) {
 		h, at, err := leaseHolder(c)
 		acquired = at
 		return h == follower, "holder " + h, err
@@ -229,12 +230,34 @@ func TestLeaderElection(t *testing.T) {
 	// The takeover is measured to the lease's acquireTime (written by the new leader; one
 	// machine, one clock). A follower polls every retry period plus up to 1.2x jitter (1s to
 	// 2.2s): it sees the last renewal up to one poll late, and the expiry up to one poll late.
-	takeover := acquired.Sub(killed)
+	takeover := acquired.Sub(paused)
 	bound := leaseDuration + 2*time.Duration(2.2*float64(time.Second))
-	t.Logf("takeover: the follower acquired the lease %s after the SIGKILL (lease duration %s, retry period 1s)",
+	t.Logf("takeover: the follower acquired the lease %s after the leader was paused (lease duration %s, retry period 1s)",
 		takeover.Round(10*time.Millisecond), leaseDuration)
 	if takeover <= 0 || takeover > bound {
 		t.Errorf("takeover took %s; want within the lease duration plus two polls of the follower (%s)", takeover, bound)
+	}
+	for _, name := range names {
+		if _, err := c.Kubectl(ctx, "annotate", "managedcache", name, "-n", ns, "poke=after-pause", "--overwrite"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := old.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- old.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		old.mu.Lock()
+		old.cmd = nil
+		old.mu.Unlock()
+		t.Logf("the resumed old leader exited: %v", err)
+		if err == nil {
+			t.Errorf("the old leader exited with status 0 after losing the lease")
+		}
+	case <-time.After(3 * leaseDuration):
+		t.Fatalf("the resumed old leader %s still runs %s after it lost the lease", leader, 3*leaseDuration)
 	}
 	start := time.Now()
 	for _, name := range names {
@@ -262,15 +285,17 @@ func TestLeaderElection(t *testing.T) {
 			return false, "", err
 		}
 		var bad []string
-		newLeaderWrites := 0
+		newLeaderWrites, oldLeaderWrites := 0, 0
 		for _, ev := range events {
 			if ev.ObjectRef == nil || ev.ObjectRef.Namespace != ns {
 				continue
 			}
 			switch {
-			case strings.Contains(ev.UserAgent, leader) && ev.RequestReceivedTimestamp.After(killed.Add(inFlight)):
+			case strings.Contains(ev.UserAgent, leader) && !ev.RequestReceivedTimestamp.Before(acquired):
 				bad = append(bad, fmt.Sprintf("old leader %s %s/%s at %s", ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Name, ev.RequestReceivedTimestamp))
-			case strings.Contains(ev.UserAgent, follower) && ev.RequestReceivedTimestamp.Before(killed):
+			case strings.Contains(ev.UserAgent, leader):
+				oldLeaderWrites++
+			case strings.Contains(ev.UserAgent, follower) && ev.RequestReceivedTimestamp.Before(paused):
 				bad = append(bad, fmt.Sprintf("follower %s %s/%s before the takeover", ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Name))
 			case strings.Contains(ev.UserAgent, follower):
 				newLeaderWrites++
@@ -280,7 +305,7 @@ func TestLeaderElection(t *testing.T) {
 			sort.Strings(bad)
 			t.Fatalf("writes by a replica that did not hold the lease: %v", bad)
 		}
-		return newLeaderWrites > 0, fmt.Sprintf("%d writes by the new leader", newLeaderWrites), nil
+		return newLeaderWrites > 0 && oldLeaderWrites > 0, fmt.Sprintf("%d writes by the old leader before the takeover, %d by the new leader", oldLeaderWrites, newLeaderWrites), nil
 	})
 
 	// Graceful handover: a SIGTERM releases the lease, so a waiting replica takes it at once.
@@ -295,15 +320,21 @@ func TestLeaderElection(t *testing.T) {
 		return code == 1, "", nil
 	})
 	terminated := time.Now()
-	ops[follower].stop(syscall.SIGTERM)
-	framework.Eventually(t, leaseDuration, "replica-c to take the released lease", func() (bool, string, error) {
+	ops[follower].stop(syscall.SIGTERM) // returns once the process has exited
+	// A released lease names no holder (or already the next one); an abandoned one still names
+	// the exited replica until it expires.
+	if h, _, err := leaseHolder(c); err != nil || h == follower {
+		t.Errorf("after %s exited the lease names %q (%v); want it released", follower, h, err)
+	}
+	var handover time.Duration
+	framework.Eventually(t, 3*leaseDuration, "replica-c to take the lease", func() (bool, string, error) {
 		h, _, err := leaseHolder(c)
+		handover = time.Since(terminated)
 		return h == "replica-c", "holder " + h, err
 	})
-	handover := time.Since(terminated)
-	t.Logf("graceful handover: %s after SIGTERM (the lease was released, not left to expire)", handover.Round(10*time.Millisecond))
+	t.Logf("graceful handover: %s after SIGTERM", handover.Round(10*time.Millisecond))
 	if handover >= leaseDuration {
-		t.Errorf("handover took %s: the lease was not released", handover)
+		t.Errorf("handover took %s, as long as a lease left to expire (%s): the lease was not released", handover, leaseDuration)
 	}
 	if b, _ := readFile(ops[follower].log); !strings.Contains(b, "Released the lease") {
 		t.Errorf("%s did not log releasing the lease", follower)

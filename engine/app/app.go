@@ -98,12 +98,26 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
+	// The controller writes (children, status, Events) through clients fenced by the lease; the
+	// webhooks and the election itself use the plain ones.
+	fenced := &fence{leaseDuration: cfg.LeaseDuration, renewDeadline: cfg.RenewDeadline}
+	ctrlDyn, ctrlKube := dyn, kube
+	if cfg.LeaderElect {
+		fc := rest.CopyConfig(rc)
+		fc.Wrap(fenced.wrap)
+		if ctrlDyn, err = dynamic.NewForConfig(fc); err != nil {
+			return err
+		}
+		if ctrlKube, err = kubernetes.NewForConfig(fc); err != nil {
+			return err
+		}
+	}
 	broadcaster := record.NewBroadcaster()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: ctrlKube.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: api.FieldManager})
 
-	ctrl, err := controller.New(dyn, mapper, renderer, recorder, cfg.Controller)
+	ctrl, err := controller.New(ctrlDyn, mapper, renderer, recorder, cfg.Controller)
 	if err != nil {
 		return fmt.Errorf("building controller: %w", err)
 	}
@@ -170,11 +184,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		ctrl.RunWorkers(ctx)
 		return nil
 	}
-	return runElected(ctx, cfg, kube, ctrl)
+	return runElected(ctx, cfg, kube, ctrl, fenced)
 }
 
 // runElected reconciles while this replica holds the lease.
-func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, ctrl *controller.Controller) error {
+func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, ctrl *controller.Controller, fenced *fence) error {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: LeaseName},
 		Client:     kube.CoordinationV1(),
@@ -214,7 +228,9 @@ func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, ctrl
 			},
 			OnStoppedLeading: func() {
 				if ctx.Err() != nil {
-					klog.InfoS("Released the lease", "identity", cfg.Identity)
+					if leading.Load() {
+						klog.InfoS("Released the lease", "identity", cfg.Identity)
+					}
 					return
 				}
 				if leading.Load() {
@@ -235,6 +251,7 @@ func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, ctrl
 	if err != nil {
 		return err
 	}
+	fenced.elector.Store(le)
 	le.Run(electCtx)
 	return nil
 }

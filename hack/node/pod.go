@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,9 +26,13 @@ type podRuntime struct {
 	uid types.UID
 	dir string
 
-	mu          sync.Mutex
-	pod         *corev1.Pod
-	phase       corev1.PodPhase
+	mu    sync.Mutex
+	pod   *corev1.Pod
+	phase corev1.PodPhase
+	// tornDown is set once a deleted pod's containers have exited and its volumes, network and
+	// files are gone: its phase is then terminal, which tells virtual-kubelet to remove the pod
+	// from the API server at once instead of after the whole grace period.
+	tornDown    bool
 	reason, msg string
 	podIP       net.IP
 	netns       string
@@ -440,6 +446,7 @@ func (r *podRuntime) teardown() {
 		klog.ErrorS(err, "Removing the pod's folder", "pod", klog.KObj(r.pod))
 	}
 	r.mu.Lock()
+	r.tornDown = true
 	for _, c := range r.containers {
 		if c.state.Terminated == nil {
 			c.state = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
@@ -453,8 +460,23 @@ func (r *podRuntime) teardown() {
 	select {
 	case <-r.killed:
 		// The agent is going away: no status is published for a pod that is not deleted.
+		return
 	default:
 		r.publish()
+	}
+	select {
+	case <-r.terminating:
+		// As the kubelet does once a deleted pod is stopped and cleaned up: remove it from the API
+		// server now (virtual-kubelet alone would wait out the whole grace period).
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		opts := metav1.NewDeleteOptions(0)
+		opts.Preconditions = metav1.NewUIDPreconditions(string(r.uid))
+		err := r.cfg.Client.CoreV1().Pods(r.pod.Namespace).Delete(ctx, r.pod.Name, *opts)
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			klog.ErrorS(err, "Removing the stopped pod from the API server; virtual-kubelet will after its grace period", "pod", klog.KObj(r.pod))
+		}
+	default:
 	}
 }
 
@@ -505,7 +527,8 @@ func (r *podRuntime) statusLocked() corev1.PodStatus {
 		st.PodIP = r.podIP.String()
 		st.PodIPs = []corev1.PodIP{{IP: st.PodIP}}
 	}
-	// A container is done when it exited and the restart policy will not start it again; only
+	// A container is done when it exited and the restart policy will not start it again (or the
+	// pod was deleted and torn down, as the kubelet gives a deleted pod a terminal phase); only
 	// then may the pod's phase be terminal (virtual-kubelet stops publishing a Failed or Succeeded
 	// pod's status, as the API server expects of a terminal phase).
 	policy := r.pod.Spec.RestartPolicy
@@ -526,7 +549,7 @@ func (r *podRuntime) statusLocked() corev1.PodStatus {
 			started++
 		}
 		term := cs.State.Terminated
-		done := term != nil && (policy == corev1.RestartPolicyNever || (policy == corev1.RestartPolicyOnFailure && term.ExitCode == 0))
+		done := term != nil && (r.tornDown || policy == corev1.RestartPolicyNever || (policy == corev1.RestartPolicyOnFailure && term.ExitCode == 0))
 		if !done {
 			allDone = false
 		} else if term.ExitCode != 0 {
