@@ -154,10 +154,12 @@ func leaseHolder(c *framework.Cluster) (string, time.Time, error) {
 	return *l.Spec.HolderIdentity, acquired, nil
 }
 
-// TestLeaderElection: two replicas, exactly one reconciles; SIGKILL the leader while 20 caches
-// converge and the other takes over within the lease duration; every cache converges with one
-// child of each kind and its password intact; the old leader wrote nothing after the takeover.
-// Then a SIGTERM hands the lease over at once (released, not expired).
+// TestLeaderElection: two replicas, exactly one reconciles; the leader is paused (SIGSTOP) past its
+// lease while 20 caches converge, the other takes over within the lease duration, every cache
+// changes, then the old leader is resumed: the audit log shows no write of it after the takeover
+// (its writes are fenced by the lease; without the fence it wrote Events and children), and it
+// exits non-zero. Every cache converges with one child of each kind and its password intact.
+// Then a SIGTERM hands the lease over at once: released, not left to expire.
 func TestLeaderElection(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
