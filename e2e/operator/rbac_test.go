@@ -113,6 +113,26 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 		stored, err := c.Kubectl(ctx, "get", "crd", "managedcaches.cache.example.com", "-o", "jsonpath={.status.storedVersions}")
 		return len(mc.GetFinalizers()) == 0 && stored == `["v2"]`, fmt.Sprintf("finalizers %v, storedVersions %s", mc.GetFinalizers(), stored), err
 	})
+	// Storage growth: the claims expanded, the StatefulSet replaced; and one refused by a class
+	// that does not allow expansion (read by name).
+	if _, err := c.Kubectl(ctx, "patch", "managedcache", "m", "-n", ns, "--type=merge", "-p", `{"spec":{"storage":{"size":"2Gi"}}}`); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, "m's StatefulSet replaced with 2Gi templates", func() (bool, string, error) {
+		out, err := c.Kubectl(ctx, "get", "statefulset", "m", "-n", ns, "-o", "jsonpath={.spec.volumeClaimTemplates[0].spec.resources.requests.storage}")
+		return out == "2Gi", out, err
+	})
+	if err := serverSideApply(ctx, c, storageDoc(ns, "fx", 1, "1Gi", "fixed")); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, ns, "fx", 1, time.Minute)
+	if err := serverSideApply(ctx, c, storageDoc(ns, "fx", 1, "2Gi", "fixed")); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, "fx's growth refused", func() (bool, string, error) {
+		out, err := c.Kubectl(ctx, "get", "managedcache", "fx", "-n", ns, "-o", `jsonpath={.status.conditions[?(@.type=="StorageResizing")].reason}`)
+		return out == "ExpansionNotAllowed", out, err
+	})
 	// A scale-down is judged with the cache's annotations read live.
 	if _, err := c.Kubectl(ctx, "scale", "managedcache", "m", "-n", ns, "--replicas=2"); err != nil {
 		t.Fatal(err)

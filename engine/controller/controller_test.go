@@ -304,7 +304,7 @@ func TestStatus(t *testing.T) {
 		{"rolling", sts(3, 3, 2), false, 3, ReasonWaitingForReplicas},
 		{"scaling down from 5", sts(5, 5, 5), false, 3, ReasonWaitingForReplicas},
 	} {
-		s := newStatus(mc, spec, api.DefaultClusterDomain, tc.sts, "", "")
+		s := newStatus(mc, spec, api.DefaultClusterDomain, tc.sts, nil, "", "")
 		c := meta.FindStatusCondition(s.Conditions, ConditionReady)
 		if (c.Status == metav1.ConditionTrue) != tc.ready || c.Reason != tc.reason || s.ReadyReplicas != tc.readyMembers {
 			t.Errorf("%s: Ready %s/%s (%s), readyReplicas %d; want ready %v, %s, %d", tc.name, c.Status, c.Reason, c.Message,
@@ -315,12 +315,12 @@ func TestStatus(t *testing.T) {
 		}
 	}
 	// A status that is already right is not written again; lastTransitionTime stays.
-	s := newStatus(mc, spec, api.DefaultClusterDomain, sts(3, 3, 3), "", "")
+	s := newStatus(mc, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, "", "")
 	updated, err := withStatus(mc, s)
 	if err != nil || updated == nil {
 		t.Fatalf("first status: %v", err)
 	}
-	again := newStatus(updated, spec, api.DefaultClusterDomain, sts(3, 3, 3), "", "")
+	again := newStatus(updated, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, "", "")
 	if u, _ := withStatus(updated, again); u != nil {
 		t.Error("an unchanged status would be written again")
 	}

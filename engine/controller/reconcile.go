@@ -75,8 +75,17 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	var failReason, failMessage string
 	var retry error
 	var sts *unstructured.Unstructured
+	var storage storageOutcome
 	for _, want := range desired {
-		live, outcome, err := c.sync(ctx, mc, want)
+		var prepErr error
+		if want.GroupVersionKind() == statefulSetGVK {
+			if storage, prepErr = c.prepareStorage(ctx, mc, want); prepErr == nil && storage.replaced {
+				// Being replaced to grow its volumes: its pods run on, and status reads the old one.
+				sts, _ = c.child(statefulSetGVK, want.GetNamespace(), want.GetName())
+				continue
+			}
+		}
+		live, outcome, err := c.syncUnlessFailed(ctx, mc, want, prepErr)
 		metrics.ChildCompared(want.GetKind(), string(outcome))
 		if want.GroupVersionKind() == statefulSetGVK && live != nil {
 			sts = live
@@ -95,7 +104,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 			retry = errors.Join(retry, err)
 		}
 	}
-	if err := c.writeStatus(ctx, mc, newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, failReason, failMessage)); err != nil {
+	if err := c.writeStatus(ctx, mc, newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, storage.condition, failReason, failMessage)); err != nil {
 		return errors.Join(retry, err)
 	}
 	logger.V(3).Info("Reconciled", "failed", failReason)
@@ -110,6 +119,14 @@ func (e errNotOurs) Error() string { return e.msg }
 func isConflict(err error) bool {
 	var n errNotOurs
 	return errors.As(err, &n)
+}
+
+// syncUnlessFailed is sync, unless preparing want already failed with err.
+func (c *Controller) syncUnlessFailed(ctx context.Context, mc, want *unstructured.Unstructured, err error) (*unstructured.Unstructured, ssa.Outcome, error) {
+	if err != nil {
+		return nil, ssa.Failed, err
+	}
+	return c.sync(ctx, mc, want)
 }
 
 // sync makes one child match want. It returns the child as it now is (the applied result, or the

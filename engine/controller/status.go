@@ -60,7 +60,8 @@ func (s *cacheStatus) setReady(generation int64, ready bool, reason, message str
 
 // newStatus computes the status of mc from what the reconcile saw. failure, when set, is the
 // reason and message of the first child that could not be applied.
-func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, sts *unstructured.Unstructured, failReason, failMessage string) cacheStatus {
+// storage, when set, is the StorageResizing condition; nil removes it.
+func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, sts *unstructured.Unstructured, storage *metav1.Condition, failReason, failMessage string) cacheStatus {
 	s := statusOf(mc)
 	gen := mc.GetGeneration()
 	s.ObservedGeneration = gen
@@ -78,6 +79,11 @@ func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain strin
 		// Members beyond the wanted count are on their way out: they are not counted, so
 		// readyReplicas (the scale subresource's status) never exceeds spec.replicas.
 		s.ReadyReplicas = min(ready, spec.Replicas)
+	}
+	if storage != nil {
+		meta.SetStatusCondition(&s.Conditions, *storage)
+	} else {
+		meta.RemoveStatusCondition(&s.Conditions, ConditionStorageResizing)
 	}
 	msg := fmt.Sprintf("%d/%d replicas ready", s.ReadyReplicas, spec.Replicas)
 	switch {
@@ -114,4 +120,9 @@ func withStatus(mc *unstructured.Unstructured, s cacheStatus) (*unstructured.Uns
 	out := mc.DeepCopy()
 	out.Object["status"] = raw
 	return out, nil
+}
+
+// statusCondition returns the condition of type t in mc's status, or nil.
+func statusCondition(mc *unstructured.Unstructured, t string) *metav1.Condition {
+	return meta.FindStatusCondition(statusOf(mc).Conditions, t)
 }

@@ -2,7 +2,8 @@
 //
 // It serves the StorageClass "standard" (provisioner name cache-operator.local/hostpath): every
 // pending PersistentVolumeClaim of that class gets a hostPath PersistentVolume backed by a folder
-// under --root, and that folder is removed when the volume is released. The real nodes
+// under --root, and that folder is removed when the volume is released. A bound claim that asks
+// for more is expanded (see resizer). The real nodes
 // (hack/node) mount that folder into their pods, so data outlives a pod; KWOK pods never mount it,
 // but their claims bind as on a real cluster. It is a development tool, not a production
 // provisioner.
@@ -64,7 +65,7 @@ func (p *hostPathProvisioner) Provision(_ context.Context, opts controller.Provi
 
 // Delete removes the folder behind a released volume.
 func (p *hostPathProvisioner) Delete(_ context.Context, pv *corev1.PersistentVolume) error {
-	if pv.Spec.HostPath == nil || filepath.Dir(pv.Spec.HostPath.Path) != filepath.Clean(p.root) {
+	if !ours(pv, p.root) {
 		return &controller.IgnoredError{Reason: "not a volume of this provisioner"}
 	}
 	if err := os.RemoveAll(pv.Spec.HostPath.Path); err != nil {
@@ -72,6 +73,11 @@ func (p *hostPathProvisioner) Delete(_ context.Context, pv *corev1.PersistentVol
 	}
 	klog.InfoS("Deleted volume", "pv", pv.Name)
 	return nil
+}
+
+// ours reports whether pv is a folder under root, made by this provisioner.
+func ours(pv *corev1.PersistentVolume, root string) bool {
+	return pv.Spec.HostPath != nil && filepath.Dir(pv.Spec.HostPath.Path) == filepath.Clean(root)
 }
 
 func main() {
@@ -98,5 +104,6 @@ func main() {
 	pc := controller.NewProvisionController(ctx, client, Name, &hostPathProvisioner{root: *root},
 		controller.LeaderElection(false), controller.Threadiness(4))
 	klog.InfoS("Starting provisioner", "name", Name, "root", *root)
+	go runResizer(ctx, client, *root)
 	pc.Run(ctx)
 }

@@ -1,0 +1,295 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/ssa"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// A StatefulSet's volumeClaimTemplates are immutable, and its claims are not resized when the
+// templates change. Growing a cache's storage therefore takes three steps, each safe to repeat:
+//
+//  1. expand every claim of the cache (the StorageClass must allow expansion);
+//  2. replace the StatefulSet with the orphan cascade: its pods keep running, the new StatefulSet
+//     (same pod template, so the same revision) adopts them, no pod restarts;
+//  3. report the condition StorageResizing while a claim is still smaller than asked.
+//
+// A change the templates cannot take (shrinking, another StorageClass, a class that does not
+// allow expansion) keeps the live templates in the applied StatefulSet, so that every other change
+// (members, version, configuration) still lands, and is reported in StorageResizing and an Event.
+
+// ConditionStorageResizing is present while a cache's volumes are being grown, or when a storage
+// change cannot be made.
+const ConditionStorageResizing = "StorageResizing"
+
+// Reasons of the StorageResizing condition.
+const (
+	ReasonExpandingVolumes       = "ExpandingVolumes"
+	ReasonExpansionNotAllowed    = "ExpansionNotAllowed"
+	ReasonStorageChangeImmutable = "StorageChangeImmutable"
+)
+
+var (
+	pvcResource          = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
+	storageClassResource = schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"}
+	statefulSetResource  = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}
+)
+
+// storageOutcome is what prepareStorage decided.
+type storageOutcome struct {
+	// condition is the StorageResizing condition to show (nil: none).
+	condition *metav1.Condition
+	// replaced is true when the StatefulSet was just deleted (orphaning its pods) to be created
+	// again with larger templates: skip it this pass.
+	replaced bool
+}
+
+// claimTemplate is the storage request and class of a volumeClaimTemplate.
+type claimTemplate struct {
+	name, class string
+	size        resource.Quantity
+}
+
+func claimTemplates(sts *unstructured.Unstructured) ([]claimTemplate, error) {
+	vcts, _, _ := unstructured.NestedSlice(sts.Object, "spec", "volumeClaimTemplates")
+	out := make([]claimTemplate, 0, len(vcts))
+	for _, v := range vcts {
+		m, _ := v.(map[string]interface{})
+		name, _, _ := unstructured.NestedString(m, "metadata", "name")
+		class, _, _ := unstructured.NestedString(m, "spec", "storageClassName")
+		size, _, _ := unstructured.NestedString(m, "spec", "resources", "requests", "storage")
+		q, err := resource.ParseQuantity(size)
+		if err != nil {
+			return nil, ssa.Errorf(sts, "volumeClaimTemplates %s: storage %q: %w", name, size, err)
+		}
+		out = append(out, claimTemplate{name: name, class: class, size: q})
+	}
+	return out, nil
+}
+
+// keepLiveTemplates makes want's volumeClaimTemplates request what live's do, so that applying
+// want changes nothing immutable.
+func keepLiveTemplates(want, live *unstructured.Unstructured) error {
+	liveT, err := claimTemplates(live)
+	if err != nil {
+		return err
+	}
+	vcts, _, _ := unstructured.NestedSlice(want.Object, "spec", "volumeClaimTemplates")
+	for i, v := range vcts {
+		m := v.(map[string]interface{})
+		name, _, _ := unstructured.NestedString(m, "metadata", "name")
+		for _, l := range liveT {
+			if l.name != name {
+				continue
+			}
+			if err := unstructured.SetNestedField(m, l.size.String(), "spec", "resources", "requests", "storage"); err != nil {
+				return err
+			}
+			if l.class != "" {
+				_ = unstructured.SetNestedField(m, l.class, "spec", "storageClassName")
+			} else {
+				unstructured.RemoveNestedField(m, "spec", "storageClassName")
+			}
+		}
+		vcts[i] = m
+	}
+	return unstructured.SetNestedSlice(want.Object, vcts, "spec", "volumeClaimTemplates")
+}
+
+// prepareStorage compares the StatefulSet want with the live one's volume templates and grows
+// the cache's volumes, replaces the StatefulSet, or keeps the live templates in want, as the
+// comment above says. It makes API requests only when the templates differ or a resize is under
+// way.
+func (c *Controller) prepareStorage(ctx context.Context, mc, want *unstructured.Unstructured) (storageOutcome, error) {
+	live, err := c.child(statefulSetGVK, want.GetNamespace(), want.GetName())
+	if err != nil || live == nil {
+		return storageOutcome{}, err
+	}
+	if live.GetDeletionTimestamp() != nil {
+		// Being replaced: its deletion will enqueue the cache, which then creates the new one.
+		return storageOutcome{replaced: true}, nil
+	}
+	wantT, err := claimTemplates(want)
+	if err != nil {
+		return storageOutcome{}, err
+	}
+	liveT, err := claimTemplates(live)
+	if err != nil {
+		return storageOutcome{}, err
+	}
+	grow := false
+	for i := range wantT {
+		if i >= len(liveT) || wantT[i].name != liveT[i].name || wantT[i].class != liveT[i].class {
+			return c.refuseStorage(mc, want, live, ReasonStorageChangeImmutable,
+				"the volume templates' names or StorageClass cannot change for existing members")
+		}
+		switch wantT[i].size.Cmp(liveT[i].size) {
+		case -1:
+			return c.refuseStorage(mc, want, live, ReasonStorageChangeImmutable,
+				fmt.Sprintf("volumes cannot shrink from %s to %s", liveT[i].size.String(), wantT[i].size.String()))
+		case 1:
+			grow = true
+		}
+	}
+	if !grow {
+		return c.resizeProgress(ctx, mc, wantT)
+	}
+	allowed, class, err := c.expansionAllowed(ctx, liveT[0].class)
+	if err != nil {
+		return storageOutcome{}, err
+	}
+	if !allowed {
+		return c.refuseStorage(mc, want, live, ReasonExpansionNotAllowed,
+			fmt.Sprintf("StorageClass %s does not allow volume expansion; the volumes stay at %s", class, liveT[0].size.String()))
+	}
+	claims, err := c.expandClaims(ctx, mc, wantT)
+	if err != nil {
+		return storageOutcome{}, err
+	}
+	// Replace the StatefulSet, orphaning its pods and claims; the precondition makes sure it is
+	// the one we read.
+	orphan := metav1.DeletePropagationOrphan
+	uid := live.GetUID()
+	if err := c.client.Resource(statefulSetResource).Namespace(live.GetNamespace()).Delete(ctx, live.GetName(),
+		metav1.DeleteOptions{PropagationPolicy: &orphan, Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil {
+		return storageOutcome{}, ssa.Errorf(live, "replacing to grow its volume templates: %w", err)
+	}
+	c.recorder.Eventf(mc, corev1.EventTypeNormal, "StorageGrowing",
+		"Expanding the volumes to %s and replacing %s without its pods (they keep running)", wantT[0].size.String(), ssa.ObjectID(live))
+	return storageOutcome{replaced: true, condition: resizingCondition(mc, 0, claims, wantT[0].size)}, nil
+}
+
+func (c *Controller) refuseStorage(mc, want, live *unstructured.Unstructured, reason, message string) (storageOutcome, error) {
+	if err := keepLiveTemplates(want, live); err != nil {
+		return storageOutcome{}, err
+	}
+	if cond := statusCondition(mc, ConditionStorageResizing); cond == nil || cond.Reason != reason || cond.Message != message {
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, reason, "Storage change refused: %s", message)
+	}
+	return storageOutcome{condition: &metav1.Condition{Type: ConditionStorageResizing, Status: metav1.ConditionFalse,
+		Reason: reason, Message: message, ObservedGeneration: mc.GetGeneration()}}, nil
+}
+
+// expansionAllowed reads whether the StorageClass class (the default one when empty) allows
+// volume expansion.
+func (c *Controller) expansionAllowed(ctx context.Context, class string) (bool, string, error) {
+	if class == "" {
+		list, err := c.client.Resource(storageClassResource).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", fmt.Errorf("listing StorageClasses to find the default: %w", err)
+		}
+		for _, sc := range list.Items {
+			if sc.GetAnnotations()["storageclass.kubernetes.io/is-default-class"] == "true" {
+				allowed, _, _ := unstructured.NestedBool(sc.Object, "allowVolumeExpansion")
+				return allowed, sc.GetName(), nil
+			}
+		}
+		return false, "(default)", nil
+	}
+	sc, err := c.client.Resource(storageClassResource).Get(ctx, class, metav1.GetOptions{})
+	if err != nil {
+		return false, class, fmt.Errorf("StorageClass/%s: %w", class, err)
+	}
+	allowed, _, _ := unstructured.NestedBool(sc.Object, "allowVolumeExpansion")
+	return allowed, class, nil
+}
+
+// claims lists the cache's PersistentVolumeClaims (they carry its selector labels).
+func (c *Controller) claims(ctx context.Context, mc *unstructured.Unstructured) ([]unstructured.Unstructured, error) {
+	list, err := c.client.Resource(pvcResource).Namespace(mc.GetNamespace()).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(api.SelectorLabels(mc.GetName())).String()})
+	if err != nil {
+		return nil, ssa.Errorf(mc, "listing its PersistentVolumeClaims: %w", err)
+	}
+	return list.Items, nil
+}
+
+// expandClaims asks every claim of the cache that is smaller than its template for the new size.
+// It returns how many claims the cache has.
+func (c *Controller) expandClaims(ctx context.Context, mc *unstructured.Unstructured, templates []claimTemplate) (int, error) {
+	claims, err := c.claims(ctx, mc)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for i := range claims {
+		pvc := &claims[i]
+		t, ok := templateOf(pvc, mc.GetName(), templates)
+		if !ok {
+			continue
+		}
+		total++
+		cur, _, _ := unstructured.NestedString(pvc.Object, "spec", "resources", "requests", "storage")
+		if q, err := resource.ParseQuantity(cur); err == nil && q.Cmp(t.size) >= 0 {
+			continue
+		}
+		patch, _ := json.Marshal(map[string]interface{}{"spec": map[string]interface{}{"resources": map[string]interface{}{
+			"requests": map[string]interface{}{"storage": t.size.String()}}}})
+		if _, err := c.client.Resource(pvcResource).Namespace(pvc.GetNamespace()).Patch(ctx, pvc.GetName(), types.MergePatchType, patch,
+			metav1.PatchOptions{FieldManager: api.FieldManager}); err != nil {
+			return 0, fmt.Errorf("PersistentVolumeClaim/%s/%s: expanding to %s: %w", pvc.GetNamespace(), pvc.GetName(), t.size.String(), err)
+		}
+	}
+	return total, nil
+}
+
+// templateOf returns the template a claim was made from: <template>-<cache>-<ordinal>.
+func templateOf(pvc *unstructured.Unstructured, cache string, templates []claimTemplate) (claimTemplate, bool) {
+	for _, t := range templates {
+		prefix := t.name + "-" + cache + "-"
+		if len(pvc.GetName()) > len(prefix) && pvc.GetName()[:len(prefix)] == prefix {
+			return t, true
+		}
+	}
+	return claimTemplate{}, false
+}
+
+// resizeProgress reports StorageResizing while a claim of the cache is smaller than its template.
+// It reads the claims only when the cache shows a resize under way.
+func (c *Controller) resizeProgress(ctx context.Context, mc *unstructured.Unstructured, templates []claimTemplate) (storageOutcome, error) {
+	cond := statusCondition(mc, ConditionStorageResizing)
+	if cond == nil || cond.Reason != ReasonExpandingVolumes {
+		return storageOutcome{}, nil
+	}
+	claims, err := c.claims(ctx, mc)
+	if err != nil {
+		return storageOutcome{}, err
+	}
+	done, total := 0, 0
+	for i := range claims {
+		t, ok := templateOf(&claims[i], mc.GetName(), templates)
+		if !ok {
+			continue
+		}
+		total++
+		capacity, _, _ := unstructured.NestedString(claims[i].Object, "status", "capacity", "storage")
+		if q, err := resource.ParseQuantity(capacity); err == nil && q.Cmp(t.size) >= 0 {
+			done++
+		}
+	}
+	if done == total {
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, "StorageGrown", "All %d volumes are %s", total, templates[0].size.String())
+		return storageOutcome{}, nil
+	}
+	c.queue.AddAfter(mc.GetNamespace()+"/"+mc.GetName(), resizePoll)
+	return storageOutcome{condition: resizingCondition(mc, done, total, templates[0].size)}, nil
+}
+
+// resizePoll is how often a cache is checked while its claims grow (claims are not watched).
+const resizePoll = 2 * time.Second
+
+func resizingCondition(mc *unstructured.Unstructured, done, total int, size resource.Quantity) *metav1.Condition {
+	return &metav1.Condition{Type: ConditionStorageResizing, Status: metav1.ConditionTrue, Reason: ReasonExpandingVolumes,
+		Message: fmt.Sprintf("%d/%d volumes expanded to %s", done, total, size.String()), ObservedGeneration: mc.GetGeneration()}
+}
