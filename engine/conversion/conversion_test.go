@@ -237,7 +237,9 @@ func TestV1EditsBetweenConversionsWin(t *testing.T) {
 		func(s map[string]interface{}) { s["storageGi"] = int64(1 + r.Intn(1000)) },
 		func(s map[string]interface{}) { s["size"] = int64(1 + r.Intn(9)) },
 		func(s map[string]interface{}) { s["version"] = pick(r, "7.2", "7.4", "8.0") },
-		func(s map[string]interface{}) { s["evictionPolicy"] = pick(r, "noeviction", "allkeys-lru", "volatile-lru") },
+		func(s map[string]interface{}) {
+			s["evictionPolicy"] = pick(r, "noeviction", "allkeys-lru", "volatile-lru")
+		},
 	}
 	for i := 0; i < roundTripCases; i++ {
 		orig := randomV2(r)
