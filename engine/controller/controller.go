@@ -84,8 +84,8 @@ type Controller struct {
 	reconciles atomic.Int64
 }
 
-// New builds a controller: informers for ManagedCaches and for every kind the templates render.
-// Secrets are watched only when they carry the operator's managed-by label.
+// New builds a controller: informers for ManagedCaches and for every kind the templates render
+// (only the objects that carry the operator's managed-by label).
 func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Renderer, recorder record.EventRecorder, opts Options, cleanups ...CleanupFunc) (*Controller, error) {
 	if opts.Workers < 1 {
 		opts.Workers = 1
@@ -107,6 +107,10 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "managedcache"}),
 	}
+	// ManagedCaches: all of them. Children: only objects that carry the operator's managed-by
+	// label, so that the Services, StatefulSets, Secrets and budgets of everyone else in the
+	// cluster never reach this process (a child without the label is found by its create, see
+	// createChild).
 	all := dynamicinformer.NewDynamicSharedInformerFactory(client, opts.Resync)
 	labelled := dynamicinformer.NewFilteredDynamicSharedInformerFactory(client, 0, metav1.NamespaceAll, func(o *metav1.ListOptions) {
 		o.LabelSelector = labels.SelectorFromSet(labels.Set{api.LabelManagedBy: api.ManagedByValue}).String()
@@ -114,6 +118,9 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	c.factories = []dynamicinformer.DynamicSharedInformerFactory{all, labelled}
 
 	c.caches = all.ForResource(api.Resource).Informer()
+	if err := c.caches.SetTransform(keepManagedFieldsOf("")); err != nil {
+		return nil, err
+	}
 	if _, err := c.caches.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: c.cacheUpdated,
@@ -131,11 +138,11 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 		if err != nil {
 			return nil, fmt.Errorf("child kind %s: %w", gvk, err)
 		}
-		factory := all
-		if gvk.Group == "" && gvk.Kind == "Secret" {
-			factory = labelled
+		inf := labelled.ForResource(gvr).Informer()
+		// The drift check reads the operator's own managedFields entry; nothing reads the others'.
+		if err := inf.SetTransform(keepManagedFieldsOf(api.FieldManager)); err != nil {
+			return nil, err
 		}
-		inf := factory.ForResource(gvr).Informer()
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: c.enqueueOwner,
 			UpdateFunc: func(old, cur interface{}) {
@@ -333,4 +340,34 @@ func (c *Controller) countByReady() map[string]int {
 		counts[status]++
 	}
 	return counts
+}
+
+// keepManagedFieldsOf returns an informer transform that drops every managedFields entry except
+// manager's own on the main resource ("": drop all). Other managers' entries are often most of an
+// object's size, and the controller never reads them.
+func keepManagedFieldsOf(manager string) cache.TransformFunc {
+	return func(obj interface{}) (interface{}, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil
+		}
+		md, ok := u.Object["metadata"].(map[string]interface{})
+		if !ok {
+			return obj, nil
+		}
+		entries, _ := md["managedFields"].([]interface{})
+		var kept []interface{}
+		for _, e := range entries {
+			m, _ := e.(map[string]interface{})
+			if manager != "" && m["manager"] == manager && (m["subresource"] == nil || m["subresource"] == "") {
+				kept = append(kept, e)
+			}
+		}
+		if len(kept) == 0 {
+			delete(md, "managedFields")
+		} else {
+			md["managedFields"] = kept
+		}
+		return u, nil
+	}
 }

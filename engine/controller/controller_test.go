@@ -174,10 +174,16 @@ func TestChildOwnedByOtherIsNotAdopted(t *testing.T) {
 	if err := f.ctrl.reconcile(context.Background(), "shop/sessions"); err != nil {
 		t.Logf("reconcile: %v", err)
 	}
+	// The informers do not show it (it lacks the operator's labels): the create finds it, and
+	// nothing else is sent.
 	for _, w := range f.writes() {
-		if strings.Contains(w, "services") {
+		if strings.Contains(w, "services") && w != "create services" {
 			t.Errorf("wrote the Service it does not own: %s", w)
 		}
+	}
+	got, err := f.client.Resource(schema.GroupVersionResource{Version: "v1", Resource: "services"}).Namespace("shop").Get(context.Background(), "sessions", metav1.GetOptions{})
+	if err != nil || got.GetOwnerReferences()[0].Name != "web" || len(got.GetLabels()) != 0 {
+		t.Errorf("the foreign Service changed: %v %v", got, err)
 	}
 	live, _ := f.client.Resource(api.Resource).Namespace("shop").Get(context.Background(), "sessions", metav1.GetOptions{})
 	st := statusOf(live)
@@ -362,5 +368,37 @@ func TestShutdownLeavesTheBacklog(t *testing.T) {
 	}
 	if after := f.ctrl.Reconciles() - atCancel; after > int64(f.ctrl.opts.Workers) {
 		t.Errorf("%d reconciles finished after shutdown began (in %v); want at most the %d in flight", after, time.Since(start), f.ctrl.opts.Workers)
+	}
+}
+
+// The informers hold only the operator's objects, and of their managedFields only the operator's
+// own entry.
+func TestInformersHoldOnlyOurObjects(t *testing.T) {
+	mc := newCache("sessions")
+	ours := child("v1", "Service", "sessions", mc)
+	ours.SetLabels(api.StandardLabels("sessions"))
+	ours.SetManagedFields([]metav1.ManagedFieldsEntry{
+		{Manager: api.FieldManager, Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}},
+		{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{}}`)}},
+		{Manager: api.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{}`)}},
+	})
+	foreign := child("v1", "Service", "web", nil)
+	f := newFixture(t, nil, mc, ours, foreign)
+	var svc *childKind
+	for i := range f.ctrl.children {
+		if f.ctrl.children[i].gvk.Kind == "Service" {
+			svc = &f.ctrl.children[i]
+		}
+	}
+	keys := svc.informer.GetStore().ListKeys()
+	if len(keys) != 1 || keys[0] != "shop/sessions" {
+		t.Errorf("Service informer holds %v; want only shop/sessions", keys)
+	}
+	live, err := f.ctrl.child(svc.gvk, "shop", "sessions")
+	if err != nil || live == nil {
+		t.Fatalf("child: %v %v", live, err)
+	}
+	if mf := live.GetManagedFields(); len(mf) != 1 || mf[0].Manager != api.FieldManager || mf[0].Subresource != "" {
+		t.Errorf("managedFields kept %+v; want the operator's main entry only", mf)
 	}
 }

@@ -137,15 +137,7 @@ func (c *Controller) sync(ctx context.Context, mc, want *unstructured.Unstructur
 		return nil, ssa.Failed, err
 	}
 	if live == nil {
-		if want.GroupVersionKind() == secretGVK {
-			return c.createSecret(ctx, mc, want)
-		}
-		out, err := c.applier.Apply(ctx, want, nil)
-		if err != nil {
-			return nil, ssa.Failed, err
-		}
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Created", "Created %s", ssa.ObjectID(want))
-		return out, ssa.Created, nil
+		return c.createChild(ctx, mc, want)
 	}
 	switch own, why := ownershipOf(live, mc.GetName(), mc.GetUID()); own {
 	case ownedByOther:
@@ -173,10 +165,12 @@ func (c *Controller) sync(ctx context.Context, mc, want *unstructured.Unstructur
 	return out, ssa.Configured, nil
 }
 
-// createSecret creates the password Secret with a plain create, which fails if it exists: if the
-// cache was merely behind, the password that is already there is kept (the key is retried once
-// the cache catches up) instead of being overwritten by a new one.
-func (c *Controller) createSecret(ctx context.Context, mc, want *unstructured.Unstructured) (*unstructured.Unstructured, ssa.Outcome, error) {
+// createChild creates a child the informer cache does not show, with a plain create that fails
+// if the object exists. The informers see only objects with the operator's labels, so an object
+// of that name may well exist: someone else's (never taken over: a server-side apply with force
+// would), or ours with its labels removed (restored, keeping a Secret's password), or one the
+// cache has not caught up with (retried). The create also writes the password exactly once.
+func (c *Controller) createChild(ctx context.Context, mc, want *unstructured.Unstructured) (*unstructured.Unstructured, ssa.Outcome, error) {
 	out, err := c.applier.Create(ctx, want)
 	if err == nil {
 		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Created", "Created %s", ssa.ObjectID(want))
@@ -193,11 +187,13 @@ func (c *Controller) createSecret(ctx context.Context, mc, want *unstructured.Un
 		return nil, ssa.Failed, errNotOurs{why + "; not adopting it"}
 	}
 	if live.GetLabels()[api.LabelManagedBy] != api.ManagedByValue {
-		// Ours, but someone removed the label the Secret informer selects on, so the cache will
-		// never show it: restore it, keeping the password it holds.
-		if pw, found, _ := unstructured.NestedString(live.Object, "data", api.PasswordKey); found && pw != "" {
-			if err := unstructured.SetNestedField(want.Object, pw, "data", api.PasswordKey); err != nil {
-				return nil, ssa.Failed, fmt.Errorf("%s: %w", ssa.ObjectID(want), err)
+		// Ours, but someone removed the label the informers select on, so the cache will never
+		// show it: restore it (a Secret keeps the password it holds).
+		if want.GroupVersionKind() == secretGVK {
+			if pw, found, _ := unstructured.NestedString(live.Object, "data", api.PasswordKey); found && pw != "" {
+				if err := unstructured.SetNestedField(want.Object, pw, "data", api.PasswordKey); err != nil {
+					return nil, ssa.Failed, ssa.Errorf(want, "%w", err)
+				}
 			}
 		}
 		out, err := c.applier.Apply(ctx, want, live)
@@ -207,7 +203,7 @@ func (c *Controller) createSecret(ctx context.Context, mc, want *unstructured.Un
 		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Updated", "Restored the labels of %s", ssa.ObjectID(want))
 		return out, ssa.Configured, nil
 	}
-	return nil, ssa.Failed, fmt.Errorf("%s: %w", ssa.ObjectID(want), errStaleCache)
+	return nil, ssa.Failed, ssa.Errorf(want, "%w", errStaleCache)
 }
 
 // password returns the password held by the cache's live Secret, or a new one if there is none.

@@ -1,0 +1,193 @@
+package operator
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"example.com/cache-operator/e2e/framework"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// rssMiB reads a process's resident set size.
+func rssMiB(pid int) (float64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) >= 2 && fields[0] == "VmRSS:" {
+			kb, err := strconv.ParseFloat(fields[1], 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// metricValue reads one unlabelled sample from a /metrics endpoint.
+func metricValue(addr, name string) (float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+			fields := strings.Fields(line)
+			return strconv.ParseFloat(fields[len(fields)-1], 64)
+		}
+	}
+	return 0, fmt.Errorf("%s not exported", name)
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// foreignObjects creates n objects that are not the operator's, a third each of Secrets, headless
+// Services and StatefulSets (no replicas), in ns.
+func foreignObjects(t *testing.T, c *framework.Cluster, ns string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	template := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "busybox",
+			Command: []string{"sh", "-c", "while true; do sleep 1; done"},
+			Env:     []corev1.EnvVar{{Name: "A", Value: strings.Repeat("x", 256)}, {Name: "B", Value: strings.Repeat("y", 256)}}}}},
+	}
+	work := make(chan int)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				name := fmt.Sprintf("foreign-%05d", i)
+				var err error
+				switch i % 3 {
+				case 0:
+					_, err = c.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name},
+						Data: map[string][]byte{"k": []byte(strings.Repeat("s", 1024))}}, metav1.CreateOptions{})
+				case 1:
+					_, err = c.Kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name},
+						Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": name},
+							Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}, metav1.CreateOptions{})
+				case 2:
+					_, err = c.Kube.AppsV1().StatefulSets(ns).Create(ctx, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name},
+						Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](0), ServiceName: name,
+							Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, Template: template}}, metav1.CreateOptions{})
+				}
+				if err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatalf("creating foreign objects: %v", err)
+	default:
+	}
+}
+
+// TestMemoryDoesNotGrowWithForeignObjects measures the operator's memory with N caches, then
+// after F objects that are not its own (Secrets, Services, StatefulSets) appear in the cluster:
+// its informers watch only what carries its labels, so the foreign objects never reach it.
+// CACHE_SCALE_CACHES and CACHE_SCALE_FOREIGN set N and F (defaults 50 and 3000; the README's
+// figure is N=1000, F=10000).
+func TestMemoryDoesNotGrowWithForeignObjects(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	n, f := envInt("CACHE_SCALE_CACHES", 50), envInt("CACHE_SCALE_FOREIGN", 3000)
+	ns := c.Namespace(t, "mem")
+	foreignNS := c.Namespace(t, "foreign")
+	metrics := freeAddr(t)
+	op := startOperator(t, c, "--metrics-bind-address="+metrics, "--kube-api-qps=300", "--kube-api-burst=600", "--workers=8")
+	deleteCachesOnCleanup(t, c, ns)
+	start := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			createCache(t, c, ns, fmt.Sprintf("m%04d", i), map[string]interface{}{"size": int64(1), "version": "7.4", "storageGi": int64(1)})
+		}()
+	}
+	wg.Wait()
+	settled := func(what string) float64 {
+		t.Helper()
+		var rss float64
+		framework.Eventually(t, 15*time.Minute, what, func() (bool, string, error) {
+			list, err := c.Kube.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=cache-operator"})
+			if err != nil {
+				return false, "", err
+			}
+			depth, err := metricValue(metrics, "workqueue_depth")
+			if err != nil {
+				return false, "", err
+			}
+			rss, err = rssMiB(op.cmd.Process.Pid)
+			return len(list.Items) == n && depth == 0, fmt.Sprintf("%d/%d StatefulSets, queue depth %v, RSS %.1f MiB", len(list.Items), n, depth, rss), err
+		})
+		// The highest RSS over a few seconds of quiet.
+		for i := 0; i < 10; i++ {
+			if r, err := rssMiB(op.cmd.Process.Pid); err == nil && r > rss {
+				rss = r
+			}
+			time.Sleep(500 * time.Millisecond) // sampling, not synchronisation
+		}
+		return rss
+	}
+	base := settled(fmt.Sprintf("%d caches reconciled", n))
+	heap, _ := metricValue(metrics, "go_memstats_heap_inuse_bytes")
+	t.Logf("%d caches reconciled in %v: operator RSS %.1f MiB, heap in use %.1f MiB", n, time.Since(start).Round(time.Second), base, heap/(1<<20))
+
+	fstart := time.Now()
+	foreignObjects(t, c, foreignNS, f)
+	t.Logf("%d foreign objects (Secrets, headless Services, StatefulSets) created in %v", f, time.Since(fstart).Round(time.Second))
+	after := settled("the operator quiet again")
+	heap2, _ := metricValue(metrics, "go_memstats_heap_inuse_bytes")
+	t.Logf("with %d foreign objects: operator RSS %.1f MiB (%+.1f MiB), heap in use %.1f MiB", f, after, after-base, heap2/(1<<20))
+	if after-base > 20 {
+		t.Errorf("the operator's RSS grew by %.1f MiB with %d objects that are not its own; want under 20 MiB", after-base, f)
+	}
+}
