@@ -41,7 +41,6 @@ func main() {
 	flag.IntVar(&cfg.Webhook.Port, "webhook-port", 9443, "HTTPS port of the conversion and validating webhooks")
 	hookURL := flag.String("webhook-url", "", "base URL the API server uses to reach the webhooks (default https://127.0.0.1:<webhook-port>); ignored with --webhook-service")
 	hookService := flag.String("webhook-service", "", "NAMESPACE/NAME of the Service in front of the webhooks, when deployed in the cluster")
-	flag.BoolVar(&cfg.Webhook.ReusePort, "webhook-reuse-port", true, "let replicas on one host share the webhook port (SO_REUSEPORT)")
 	flag.DurationVar(&cfg.Webhook.CertLifetime, "webhook-cert-lifetime", 365*24*time.Hour, "lifetime of the webhook serving certificate (the CA lives 10x longer); renewed with a third left")
 	flag.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0: off)")
 	flag.StringVar(&cfg.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0: off)")

@@ -31,7 +31,8 @@ func TestFailingServerExitsNonZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	cmd := exec.CommandContext(ctx, binary, "--kubeconfig", c.Kubeconfig, "--webhook-port="+webhookPort,
+	_, hookPort, _ := net.SplitHostPort(freeAddr(t))
+	cmd := exec.CommandContext(ctx, binary, "--kubeconfig", c.Kubeconfig, "--webhook-port="+hookPort,
 		"--metrics-bind-address", busy.Addr().String(), "--health-probe-bind-address", "127.0.0.1:0")
 	cmd.Stdout, cmd.Stderr = log, log
 	err = cmd.Run()

@@ -36,9 +36,6 @@ var (
 	binary  string
 )
 
-// webhookPort is where the tests' operators serve their webhooks.
-const webhookPort = "9444"
-
 func TestMain(m *testing.M) {
 	if os.Getenv("CACHE_E2E") == "1" {
 		root := framework.RepoRoot()
@@ -70,10 +67,11 @@ var operatorSeq atomic.Int64
 
 // operator is a running cache-operator process.
 type operator struct {
-	t   *testing.T
-	cmd *exec.Cmd
-	log string
-	mu  sync.Mutex
+	t           *testing.T
+	cmd         *exec.Cmd
+	log         string
+	webhookAddr string // where it serves its webhooks
+	mu          sync.Mutex
 }
 
 // startOperator runs the operator against the test cluster until the test ends.
@@ -84,22 +82,23 @@ func startOperator(t *testing.T, c *framework.Cluster, args ...string) *operator
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Port 9444: a `make up` operator may hold 9443 on this machine.
-	// Metrics and probes on free ports unless args say otherwise (a later flag wins): replicas
-	// of one test, and a `make up` operator, would otherwise share :8080 and :8081, and a server
-	// that cannot listen ends the operator.
-	cmd := exec.Command(binary, append([]string{"--kubeconfig", c.Kubeconfig, "-v=3", "--webhook-port=" + webhookPort,
+	// Each process serves its webhooks on a port of its own (a `make up` operator may hold 9443
+	// on this machine) and registers that address; metrics and probes on free ports unless args
+	// say otherwise (a later flag wins), since a server that cannot listen ends the operator.
+	webhookAddr := freeAddr(t)
+	_, port, _ := net.SplitHostPort(webhookAddr)
+	cmd := exec.Command(binary, append([]string{"--kubeconfig", c.Kubeconfig, "-v=3", "--webhook-port=" + port,
 		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, args...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting the operator: %v", err)
 	}
 	f.Close()
-	op := &operator{t: t, cmd: cmd, log: logPath}
+	op := &operator{t: t, cmd: cmd, log: logPath, webhookAddr: webhookAddr}
 	t.Cleanup(func() { op.stop(syscall.SIGTERM) })
 	// It registers its webhooks before it listens: once it answers TLS, the API server can use it.
 	framework.Eventually(t, 30*time.Second, "the operator's webhooks to serve", func() (bool, string, error) {
-		_, err := servedSerial("127.0.0.1:" + webhookPort)
+		_, err := servedSerial(webhookAddr)
 		return err == nil, "", err
 	})
 	return op

@@ -166,13 +166,13 @@ func TestWebhookCertificateRotation(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.Namespace(t, "rotate")
-	startOperator(t, c, "--webhook-cert-lifetime=30s")
+	op := startOperator(t, c, "--webhook-cert-lifetime=30s")
 	deleteCachesOnCleanup(t, c, ns)
 	if _, err := applyYAML(ctx, c, v1Doc(ns, "r", 3, "7.4")); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, c, ns, "r", 3, 2*time.Minute)
-	addr := "127.0.0.1:" + webhookPort
+	addr := op.webhookAddr
 	var first string
 	framework.Eventually(t, 30*time.Second, "a certificate issued for 30s", func() (bool, string, error) {
 		s, err := c.Kube.CoreV1().Secrets("cache-operator-system").Get(ctx, "cache-operator-webhook-tls", metav1.GetOptions{})

@@ -34,8 +34,6 @@ type Options struct {
 	Endpoint Endpoint
 	// Namespace and SecretName locate the certificate Secret.
 	Namespace, SecretName string
-	// ReusePort lets several processes on one host share the port (SO_REUSEPORT, Linux).
-	ReusePort bool
 	// ClusterDomain is the cluster's DNS domain, for the certificate's Service names.
 	ClusterDomain string
 	// CertLifetime is the serving certificate's lifetime (the CA's is ten times longer). Both
@@ -141,9 +139,6 @@ func (s *Server) Run(ctx context.Context) error {
 		host = u.Hostname()
 	}
 	lc := net.ListenConfig{}
-	if s.opts.ReusePort {
-		lc.Control = reusePort
-	}
 	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, fmt.Sprint(s.opts.Port)))
 	if err != nil {
 		return fmt.Errorf("webhook listener: %w", err)
