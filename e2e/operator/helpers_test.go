@@ -261,13 +261,12 @@ func isGone(c *framework.Cluster, gvr schema.GroupVersionResource, ns, name stri
 	return false, err
 }
 
-// deleteCachesOnCleanup deletes every ManagedCache in ns when the test ends, and waits until they
-// are gone. Register it after startOperator: cleanups run last-in first-out, so the operator is
-// still running to release the finalizers.
+// deleteCachesOnCleanup deletes every ManagedCache in ns when the test ends (through v2, the
+// stored version, so that no operator needs to run), and waits until they are gone.
 func deleteCachesOnCleanup(t *testing.T, c *framework.Cluster, ns string) {
 	t.Cleanup(func() {
 		ctx := context.Background()
-		ri := c.Dynamic.Resource(mcGVR).Namespace(ns)
+		ri := c.Dynamic.Resource(mcV2GVR).Namespace(ns)
 		if err := ri.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 			t.Errorf("deleting the caches of %s: %v", ns, err)
 			return
