@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 
+	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/conversion"
 )
 
@@ -108,10 +109,11 @@ func asV2(raw []byte) (*unstructured.Unstructured, error) {
 	return &unstructured.Unstructured{Object: v2}, nil
 }
 
-// replicas is spec.replicas, defaulting to 1 as the schema does.
+// replicas is spec.replicas, or the CRD's default when it is not set.
 func replicas(u *unstructured.Unstructured) int64 {
 	if n, found, _ := unstructured.NestedInt64(u.Object, "spec", "replicas"); found {
 		return n
 	}
-	return 1
+	n, _ := api.Default("replicas").(int64)
+	return n
 }
