@@ -130,12 +130,13 @@ func foreignObjects(t *testing.T, c *framework.Cluster, ns string, n int) {
 // TestMemoryDoesNotGrowWithForeignObjects measures the operator's memory with N caches, then
 // after F objects that are not its own (Secrets, Services, StatefulSets) appear in the cluster:
 // its informers watch only what carries its labels, so the foreign objects never reach it.
-// CACHE_SCALE_CACHES and CACHE_SCALE_FOREIGN set N and F (defaults 50 and 3000; the README's
-// figure is N=1000, F=10000).
+// CACHE_SCALE_CACHES and CACHE_SCALE_FOREIGN set N and F (defaults 50 and 6000; the README's
+// figure is N=1000, F=10000). Before the informers were label-selected, the RSS grew by 52 MiB
+// with 10,000 such objects (about 31 MiB at the default 6,000), so the 10 MiB bound can fail.
 func TestMemoryDoesNotGrowWithForeignObjects(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
-	n, f := envInt("CACHE_SCALE_CACHES", 50), envInt("CACHE_SCALE_FOREIGN", 3000)
+	n, f := envInt("CACHE_SCALE_CACHES", 50), envInt("CACHE_SCALE_FOREIGN", 6000)
 	ns := c.Namespace(t, "mem")
 	foreignNS := c.Namespace(t, "foreign")
 	metrics := freeAddr(t)
@@ -187,7 +188,7 @@ func TestMemoryDoesNotGrowWithForeignObjects(t *testing.T) {
 	after := settled("the operator quiet again")
 	heap2, _ := metricValue(metrics, "go_memstats_heap_inuse_bytes")
 	t.Logf("with %d foreign objects: operator RSS %.1f MiB (%+.1f MiB), heap in use %.1f MiB", f, after, after-base, heap2/(1<<20))
-	if after-base > 20 {
-		t.Errorf("the operator's RSS grew by %.1f MiB with %d objects that are not its own; want under 20 MiB", after-base, f)
+	if after-base > 10 {
+		t.Errorf("the operator's RSS grew by %.1f MiB with %d objects that are not its own; want under 10 MiB", after-base, f)
 	}
 }
