@@ -118,7 +118,8 @@ func (c *Controller) prepareStorage(ctx context.Context, mc, want *unstructured.
 	}
 	if live.GetDeletionTimestamp() != nil {
 		// Being replaced: its deletion will enqueue the cache, which then creates the new one.
-		return storageOutcome{replaced: true}, nil
+		// The resize goes on meanwhile: keep showing it.
+		return storageOutcome{replaced: true, condition: statusCondition(mc, ConditionStorageResizing)}, nil
 	}
 	wantT, err := claimTemplates(want)
 	if err != nil {
