@@ -137,6 +137,14 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 	if _, err := c.Kubectl(ctx, "scale", "managedcache", "m", "-n", ns, "--replicas=2"); err != nil {
 		t.Fatal(err)
 	}
+	// Drift of an existing child: at 5 members the budget allows 2 unavailable (a patch).
+	if _, err := c.Kubectl(ctx, "scale", "managedcache", "m", "-n", ns, "--replicas=5"); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, "m's PodDisruptionBudget to allow 2 unavailable", func() (bool, string, error) {
+		out, err := c.Kubectl(ctx, "get", "poddisruptionbudget", "m", "-n", ns, "-o", "jsonpath={.spec.maxUnavailable}")
+		return out == "2", out, err
+	})
 	if _, err := c.Kubectl(ctx, "label", "secret", "m-auth", "-n", ns, "app.kubernetes.io/instance-"); err != nil {
 		t.Fatal(err)
 	}
