@@ -94,13 +94,19 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 			logger.V(2).Info("Child", "object", ssa.ObjectID(want), "outcome", outcome)
 			continue
 		}
+		if apierrors.IsConflict(err) {
+			// Someone wrote the child between our read and our write: the next pass sees it.
+			logger.V(2).Info("Child changed meanwhile; retrying", "object", ssa.ObjectID(want))
+			retry = errors.Join(retry, err)
+			continue
+		}
 		reason := want.GetKind() + "Failed"
 		if failReason == "" {
 			failReason, failMessage = reason, err.Error()
 		}
 		logger.Error(err, "Child failed", "object", ssa.ObjectID(want))
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, reason, "%v", err)
-		if !ssa.IsPermanent(err) && !isConflict(err) {
+		if !ssa.IsPermanent(err) && !isNotOurs(err) {
 			retry = errors.Join(retry, err)
 		}
 	}
@@ -116,7 +122,7 @@ type errNotOurs struct{ msg string }
 
 func (e errNotOurs) Error() string { return e.msg }
 
-func isConflict(err error) bool {
+func isNotOurs(err error) bool {
 	var n errNotOurs
 	return errors.As(err, &n)
 }

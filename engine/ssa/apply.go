@@ -46,23 +46,18 @@ func (a *Applier) resource(obj *unstructured.Unstructured) (dynamic.ResourceInte
 	return a.client.Resource(gvr).Namespace(obj.GetNamespace()), nil
 }
 
-// Apply server-side applies obj. live, when given, is the current object: if this manager once
-// created it with a plain create (an "Update" entry in managedFields), its fields are first moved
-// to the apply entry, so that a field later dropped from a template really is removed.
+// Apply server-side applies obj. live, when given, is the current object (a cached copy will do):
+// if this manager once created it with a plain create (an "Update" entry in managedFields), its
+// fields are first moved to the apply entry, so that a field later dropped from a template really
+// is removed.
 func (a *Applier) Apply(ctx context.Context, obj, live *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	ri, err := a.resource(obj)
 	if err != nil {
 		return nil, err
 	}
 	if live != nil && hasUpdateEntry(live, a.manager) {
-		patch, err := csaupgrade.UpgradeManagedFieldsPatch(live, sets.New(a.manager), a.manager)
-		if err != nil {
-			return nil, Errorf(obj, "upgrading managed fields: %w", err)
-		}
-		if patch != nil {
-			if _, err := ri.Patch(ctx, obj.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: a.manager}); err != nil {
-				return nil, Errorf(obj, "upgrading managed fields: %w", err)
-			}
+		if err := a.upgradeManagedFields(ctx, ri, obj); err != nil {
+			return nil, err
 		}
 	}
 	out, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: a.manager, Force: true})
@@ -70,6 +65,35 @@ func (a *Applier) Apply(ctx context.Context, obj, live *unstructured.Unstructure
 		return nil, Errorf(obj, "%w", err)
 	}
 	return out, nil
+}
+
+// upgradeManagedFields moves the fields this manager owns through an update (a plain create) to
+// its apply entry. The patch replaces the whole managedFields list, guarded by the
+// resourceVersion, so it is computed from the object as the API server has it now (a cached copy
+// may lack other managers' entries, or be behind), and computed again after a conflict.
+func (a *Applier) upgradeManagedFields(ctx context.Context, ri dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var cur *unstructured.Unstructured
+		if cur, err = ri.Get(ctx, obj.GetName(), metav1.GetOptions{}); err != nil {
+			return Errorf(obj, "upgrading managed fields: %w", err)
+		}
+		patch, perr := csaupgrade.UpgradeManagedFieldsPatch(cur, sets.New(a.manager), a.manager)
+		if perr != nil {
+			return Errorf(obj, "upgrading managed fields: %w", perr)
+		}
+		if patch == nil {
+			return nil
+		}
+		_, err = ri.Patch(ctx, obj.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: a.manager})
+		if !apierrors.IsConflict(err) {
+			break
+		}
+	}
+	if err != nil {
+		return Errorf(obj, "upgrading managed fields: %w", err)
+	}
+	return nil
 }
 
 // Create creates obj, failing if it exists: for an object whose content must be written exactly
