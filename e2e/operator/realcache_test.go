@@ -13,6 +13,7 @@ import (
 	"example.com/cache-operator/e2e/framework"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // redisCLI runs this machine's redis-cli against host. The password goes through REDISCLI_AUTH,
@@ -118,4 +119,72 @@ func TestCacheOnRealNodes(t *testing.T) {
 	if err != nil || strings.TrimSpace(out) != "PONG" {
 		t.Errorf("kubectl exec sessions-0 -- redis-cli ping: %q %v", out, err)
 	}
+}
+
+// podReady reports a pod's Ready condition.
+func podReady(p *corev1.Pod) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// TestStaleReplicaIsNotReady: a replica whose link to the primary is down (here its masterauth
+// made wrong, as a half-done password change would) answers PING but is not Ready, so it leaves
+// the Services' endpoints and the cache counts it out; once the link is back it is Ready again.
+func TestStaleReplicaIsNotReady(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	startOperator(t, c)
+	ns := c.RealNamespace(t, "stale")
+	deleteCachesOnCleanup(t, c, ns)
+	createCache(t, c, ns, "s", map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(1)})
+	waitReady(t, c, ns, "s", 3, 3*time.Minute)
+	pw := password(t, c, ns, "s")
+	replica, err := c.Kube.CoreV1().Pods(ns).Get(ctx, "s-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		out, err := redisCLI(cctx, replica.Status.PodIP, pw, args...)
+		if err != nil {
+			t.Fatalf("redis-cli %v: %q %v", args, out, err)
+		}
+		return out
+	}
+	cli("config", "set", "masterauth", "not-the-password")
+	cli("client", "kill", "type", "master")
+	broke := time.Now()
+	framework.Eventually(t, time.Minute, "s-2 unready with its link down, the cache counting 2 members", func() (bool, string, error) {
+		p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, "s-2", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, "s", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		ready, _, _ := unstructured.NestedInt64(mc.Object, "status", "readyReplicas")
+		link := cli("info", "replication")
+		return !podReady(p) && ready == 2, fmt.Sprintf("pod Ready %v, cache readyReplicas %d, link %v", podReady(p), ready,
+			strings.Contains(link, "master_link_status:up")), nil
+	})
+	t.Logf("a replica with its link down was unready %v after the link broke", time.Since(broke).Round(100*time.Millisecond))
+	if out := cli("ping"); out != "PONG" {
+		t.Errorf("the stale replica answers PING with %q; the point is that PING alone says nothing", out)
+	}
+	cli("config", "set", "masterauth", pw)
+	framework.Eventually(t, time.Minute, "s-2 Ready again once its link is up", func() (bool, string, error) {
+		p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, "s-2", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return podReady(p), fmt.Sprintf("pod Ready %v", podReady(p)), nil
+	})
+	waitReady(t, c, ns, "s", 3, time.Minute)
 }
