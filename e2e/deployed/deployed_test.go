@@ -101,13 +101,7 @@ func podSummary(c *framework.Cluster) string {
 	}
 	var out []string
 	for _, p := range pods.Items {
-		ready := false
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodReady {
-				ready = cond.Status == corev1.ConditionTrue
-			}
-		}
-		out = append(out, fmt.Sprintf("%s on %s %s ready=%v", p.Name, p.Spec.NodeName, p.Status.Phase, ready))
+		out = append(out, fmt.Sprintf("%s on %s %s ready=%v", p.Name, p.Spec.NodeName, p.Status.Phase, framework.PodReady(&p)))
 	}
 	return strings.Join(out, "; ")
 }
@@ -132,10 +126,8 @@ func cacheDoc(ns, name string, replicas int) string {
 
 func apply(t *testing.T, c *framework.Cluster, doc string) {
 	t.Helper()
-	cmd := c.KubectlCmd(context.Background(), "apply", "--server-side", "-f", "-")
-	cmd.Stdin = strings.NewReader(doc)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	if err := c.ApplyServerSide(context.Background(), doc); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -171,3 +171,14 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (d
 		}
 	}
 }
+
+// ApplyServerSide applies the YAML doc with `kubectl apply --server-side` as field manager
+// "user", as a person would.
+func (c *Cluster) ApplyServerSide(ctx context.Context, doc string) error {
+	cmd := c.KubectlCmd(ctx, "apply", "--server-side", "--field-manager=user", "-f", "-")
+	cmd.Stdin = strings.NewReader(doc)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kubectl apply --server-side: %w: %s", err, out)
+	}
+	return nil
+}

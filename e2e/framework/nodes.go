@@ -83,6 +83,16 @@ func NodeReady(n *corev1.Node) corev1.ConditionStatus {
 	return corev1.ConditionUnknown
 }
 
+// PodReady reports whether a pod's Ready condition is True.
+func PodReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // CrashContainer kills a running container's main process with SIGKILL, as a crash would.
 func (c *Cluster) CrashContainer(t testing.TB, pod *corev1.Pod, container string) {
 	t.Helper()

@@ -76,18 +76,9 @@ func get(t *testing.T, c *framework.Cluster, ns, name string) *corev1.Pod {
 	return p
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, cond := range p.Status.Conditions {
-		if cond.Type == corev1.PodReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func describe(p *corev1.Pod) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "phase=%s node=%s ip=%s ready=%v", p.Status.Phase, p.Spec.NodeName, p.Status.PodIP, podReady(p))
+	fmt.Fprintf(&b, "phase=%s node=%s ip=%s ready=%v", p.Status.Phase, p.Spec.NodeName, p.Status.PodIP, framework.PodReady(p))
 	for _, cs := range p.Status.ContainerStatuses {
 		fmt.Fprintf(&b, " [%s restarts=%d", cs.Name, cs.RestartCount)
 		switch {
@@ -128,7 +119,7 @@ func waitRunning(t *testing.T, c *framework.Cluster, ns, name string) *corev1.Po
 
 func waitReady(t *testing.T, c *framework.Cluster, ns, name string) *corev1.Pod {
 	t.Helper()
-	return waitPod(t, c, ns, name, 90*time.Second, "Ready", podReady)
+	return waitPod(t, c, ns, name, 90*time.Second, "Ready", framework.PodReady)
 }
 
 func logs(t *testing.T, c *framework.Cluster, ns, name string, extra ...string) string {
@@ -376,7 +367,7 @@ func TestProbes(t *testing.T) {
 		return ready, strings.Join(seen, ", "), nil
 	}
 	waitPod(t, c, ns, "ready", 60*time.Second, "Running and not Ready", func(p *corev1.Pod) bool {
-		return p.Status.Phase == corev1.PodRunning && !podReady(p)
+		return p.Status.Phase == corev1.PodRunning && !framework.PodReady(p)
 	})
 	if ok, seen, _ := readyEndpoint(); ok {
 		t.Fatalf("endpoint ready before the readiness probe passed: %s", seen)
@@ -389,7 +380,7 @@ func TestProbes(t *testing.T) {
 	if _, err := c.Exec(ctx, ns, "ready", "", "rm", "/tmp/ready"); err != nil {
 		t.Fatal(err)
 	}
-	waitPod(t, c, ns, "ready", 30*time.Second, "not Ready again", func(p *corev1.Pod) bool { return !podReady(p) })
+	waitPod(t, c, ns, "ready", 30*time.Second, "not Ready again", func(p *corev1.Pod) bool { return !framework.PodReady(p) })
 	framework.Eventually(t, 30*time.Second, "the Service endpoint not ready", func() (bool, string, error) {
 		ok, seen, err := readyEndpoint()
 		return !ok, seen, err
@@ -411,7 +402,7 @@ func TestProbes(t *testing.T) {
 	create(t, c, ns, web)
 	waitPod(t, c, ns, "web", 60*time.Second, "started (startup probe passed) but not Ready (HTTP 404)", func(p *corev1.Pod) bool {
 		cs := p.Status.ContainerStatuses
-		return len(cs) == 1 && cs[0].Started != nil && *cs[0].Started && !podReady(p)
+		return len(cs) == 1 && cs[0].Started != nil && *cs[0].Started && !framework.PodReady(p)
 	})
 	if _, err := c.Exec(ctx, ns, "web", "", "touch", "/tmp/www/ready"); err != nil {
 		t.Fatal(err)

@@ -122,11 +122,11 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 		out, err := c.Kubectl(ctx, "get", "statefulset", "m", "-n", ns, "-o", "jsonpath={.spec.volumeClaimTemplates[0].spec.resources.requests.storage}")
 		return out == "2Gi", out, err
 	})
-	if err := serverSideApply(ctx, c, storageDoc(ns, "fx", 1, "1Gi", "fixed")); err != nil {
+	if err := c.ApplyServerSide(ctx, storageDoc(ns, "fx", 1, "1Gi", "fixed")); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, c, ns, "fx", 1, time.Minute)
-	if err := serverSideApply(ctx, c, storageDoc(ns, "fx", 1, "2Gi", "fixed")); err != nil {
+	if err := c.ApplyServerSide(ctx, storageDoc(ns, "fx", 1, "2Gi", "fixed")); err != nil {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, 30*time.Second, "fx's growth refused", func() (bool, string, error) {

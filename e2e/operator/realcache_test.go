@@ -121,16 +121,6 @@ func TestCacheOnRealNodes(t *testing.T) {
 	}
 }
 
-// podReady reports a pod's Ready condition.
-func podReady(p *corev1.Pod) bool {
-	for _, cond := range p.Status.Conditions {
-		if cond.Type == corev1.PodReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // TestStaleReplicaIsNotReady: a replica whose link to the primary is down (here its masterauth
 // made wrong, as a half-done password change would) answers PING but is not Ready, so it leaves
 // the Services' endpoints and the cache counts it out; once the link is back it is Ready again.
@@ -171,7 +161,7 @@ func TestStaleReplicaIsNotReady(t *testing.T) {
 		}
 		ready, _, _ := unstructured.NestedInt64(mc.Object, "status", "readyReplicas")
 		link := cli("info", "replication")
-		return !podReady(p) && ready == 2, fmt.Sprintf("pod Ready %v, cache readyReplicas %d, link %v", podReady(p), ready,
+		return !framework.PodReady(p) && ready == 2, fmt.Sprintf("pod Ready %v, cache readyReplicas %d, link %v", framework.PodReady(p), ready,
 			strings.Contains(link, "master_link_status:up")), nil
 	})
 	t.Logf("a replica with its link down was unready %v after the link broke", time.Since(broke).Round(100*time.Millisecond))
@@ -184,7 +174,7 @@ func TestStaleReplicaIsNotReady(t *testing.T) {
 		if err != nil {
 			return false, "", err
 		}
-		return podReady(p), fmt.Sprintf("pod Ready %v", podReady(p)), nil
+		return framework.PodReady(p), fmt.Sprintf("pod Ready %v", framework.PodReady(p)), nil
 	})
 	waitReady(t, c, ns, "s", 3, time.Minute)
 }

@@ -64,7 +64,7 @@ func TestStorageGrowth(t *testing.T) {
 	ns := c.RealNamespace(t, "grow")
 	startOperator(t, c)
 	deleteCachesOnCleanup(t, c, ns)
-	if err := serverSideApply(ctx, c, storageDoc(ns, "g", 3, "1Gi", "")); err != nil {
+	if err := c.ApplyServerSide(ctx, storageDoc(ns, "g", 3, "1Gi", "")); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, c, ns, "g", 3, 3*time.Minute)
@@ -91,7 +91,7 @@ func TestStorageGrowth(t *testing.T) {
 
 	stop := conditionsSeen(t, c, ns, "g")
 	start := time.Now()
-	if err := serverSideApply(ctx, c, storageDoc(ns, "g", 3, "2Gi", "")); err != nil {
+	if err := c.ApplyServerSide(ctx, storageDoc(ns, "g", 3, "2Gi", "")); err != nil {
 		t.Fatal(err)
 	}
 	want := resource.MustParse("2Gi")
@@ -145,7 +145,7 @@ func TestStorageGrowth(t *testing.T) {
 		t.Errorf("GET after the resize: %q %v; want kept", out, err)
 	}
 	// A later change lands.
-	if err := serverSideApply(ctx, c, storageDoc(ns, "g", 4, "2Gi", "")); err != nil {
+	if err := c.ApplyServerSide(ctx, storageDoc(ns, "g", 4, "2Gi", "")); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, c, ns, "g", 4, 3*time.Minute)
@@ -172,7 +172,7 @@ func TestStorageGrowthRefused(t *testing.T) {
 	ns := c.Namespace(t, "fixed")
 	startOperator(t, c)
 	deleteCachesOnCleanup(t, c, ns)
-	if err := serverSideApply(ctx, c, storageDoc(ns, "f", 1, "1Gi", "fixed")); err != nil {
+	if err := c.ApplyServerSide(ctx, storageDoc(ns, "f", 1, "1Gi", "fixed")); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, c, ns, "f", 1, 2*time.Minute)
@@ -180,7 +180,7 @@ func TestStorageGrowthRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := serverSideApply(ctx, c, storageDoc(ns, "f", 2, "2Gi", "fixed")); err != nil {
+	if err := c.ApplyServerSide(ctx, storageDoc(ns, "f", 2, "2Gi", "fixed")); err != nil {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, time.Minute, "the growth refused with a condition, and the other change made", func() (bool, string, error) {

@@ -204,16 +204,6 @@ func v2Doc(ns, name string, replicas int, version string) string {
 	return fmt.Sprintf("apiVersion: cache.example.com/v2\nkind: ManagedCache\nmetadata: {name: %s, namespace: %s}\nspec: {replicas: %d, engine: {version: %q}, storage: {size: 1Gi}}\n", name, ns, replicas, version)
 }
 
-// serverSideApply applies doc with kubectl apply --server-side as field manager "user".
-func serverSideApply(ctx context.Context, c *framework.Cluster, doc string) error {
-	cmd := c.KubectlCmd(ctx, "apply", "--server-side", "--field-manager=user", "-f", "-")
-	cmd.Stdin = strings.NewReader(doc)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("kubectl apply --server-side: %w: %s", err, out)
-	}
-	return nil
-}
-
 // TestWhileTheOperatorIsDown measures what works with the operator stopped (the README's table):
 // everything through v2, the stored version (reads, creates, server-side applies of a cache the
 // operator has written, scale-ups, deletes, garbage collection, namespace deletion), while
@@ -226,7 +216,7 @@ func TestWhileTheOperatorIsDown(t *testing.T) {
 	doomedNS := c.Namespace(t, "down-ns")
 	op := startOperator(t, c)
 	for _, doc := range []string{v2Doc(ns, "before", 3, "7.4"), v2Doc(ns, "doomed", 1, "7.4"), v2Doc(doomedNS, "inside", 1, "7.4")} {
-		if err := serverSideApply(ctx, c, doc); err != nil {
+		if err := c.ApplyServerSide(ctx, doc); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -241,14 +231,14 @@ func TestWhileTheOperatorIsDown(t *testing.T) {
 			t.Errorf("%s while the operator is down: %v", what, err)
 		}
 	}
-	works("creating a v2 cache", serverSideApply(ctx, c, v2Doc(ns, "during", 3, "7.4")))
+	works("creating a v2 cache", c.ApplyServerSide(ctx, v2Doc(ns, "during", 3, "7.4")))
 	// The operator has written this cache (status), so its managedFields hold the operator's entries.
-	works("scaling up through a v2 server-side apply", serverSideApply(ctx, c, v2Doc(ns, "before", 5, "7.4")))
+	works("scaling up through a v2 server-side apply", c.ApplyServerSide(ctx, v2Doc(ns, "before", 5, "7.4")))
 	_, err := c.Kubectl(ctx, "get", "mc", "-n", ns)
 	works("kubectl get mc", err)
 	_, err = c.Kubectl(ctx, "annotate", "mc", "before", "-n", ns, "note=down")
 	works("annotating", err)
-	err = serverSideApply(ctx, c, v2Doc(ns, "before", 1, "7.4"))
+	err = c.ApplyServerSide(ctx, v2Doc(ns, "before", 1, "7.4"))
 	wantRejected(t, "scaling down while the operator is down", err, `failed calling webhook "validate.managedcaches.cache.example.com"`)
 	_, err = applyYAML(ctx, c, v1Doc(ns, "v1-during", 1, "7.4"))
 	wantRejected(t, "creating through v1 while the operator is down", err, "conversion webhook")

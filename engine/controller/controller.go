@@ -227,19 +227,6 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 	}
 }
 
-// HasSynced reports whether every informer cache has synced.
-func (c *Controller) HasSynced() bool {
-	if !c.caches.HasSynced() {
-		return false
-	}
-	for _, k := range c.children {
-		if !k.informer.HasSynced() {
-			return false
-		}
-	}
-	return true
-}
-
 // processNextWorkItem reconciles one key on the context work. It returns false once ctx has ended
 // (shutdown) or the queue is shut down.
 func (c *Controller) processNextWorkItem(ctx, work context.Context) bool {
