@@ -1,6 +1,7 @@
-// Package member talks to one member of a cache, a redis-server or valkey-server, over the
-// network: it reads the member's replication state (INFO replication) with the cache's password,
-// with every call bounded in time. Valkey speaks the same protocol.
+// Package member talks to the members of caches, redis-server or valkey-server processes, over
+// the network: it reads a member's replication state (INFO replication and keyspace) and changes
+// its role (REPLICAOF, FAILOVER, CLIENT PAUSE), with the cache's password and every call bounded
+// in time. Valkey speaks the same protocol.
 //
 // It is not for deciding roles or writing to the cluster: callers (the controller) do that. It
 // never logs, and its errors never carry the password.
@@ -10,8 +11,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,44 +37,173 @@ type Replication struct {
 	// Role is master or slave.
 	Role Role
 	// Offset is the replication offset: master_repl_offset on a primary, slave_repl_offset on a
-	// replica.
+	// replica (0 while it has never synced).
 	Offset int64
-	// PrimaryHost is the primary a replica follows (master_host); empty on a primary.
+	// ReplID is the replication history the member is on (master_replid): offsets compare only
+	// between members on the same history.
+	ReplID string
+	// PrimaryHost and PrimaryPort are the primary a replica follows (master_host, master_port).
 	PrimaryHost string
+	PrimaryPort int
 	// LinkUp reports, on a replica, that its link to the primary is up and no sync is in progress.
 	LinkUp bool
 	// Replicas is the number of replicas connected to a primary.
 	Replicas int
+	// Keys is the number of keys in all databases (INFO keyspace).
+	Keys int64
 }
 
-// Observe reads the replication state of the member at addr (host:port).
-func Observe(ctx context.Context, addr, password string) (Replication, error) {
+// Pool keeps one connection per member address, so that polling does not dial every time. A
+// client is replaced when the password it was made with changes.
+type Pool struct {
+	mu      sync.Mutex
+	clients map[string]pooled
+}
+
+type pooled struct {
+	c        *redis.Client
+	password string
+}
+
+// NewPool returns an empty pool.
+func NewPool() *Pool { return &Pool{clients: map[string]pooled{}} }
+
+// Client returns the client of the member at addr (host:port).
+func (p *Pool) Client(addr, password string) *redis.Client {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.clients[addr]; ok {
+		if e.password == password {
+			return e.c
+		}
+		_ = e.c.Close()
+	}
 	c := redis.NewClient(&redis.Options{
 		Addr: addr, Password: password,
 		DialTimeout: Timeout, ReadTimeout: Timeout, WriteTimeout: Timeout,
-		MaxRetries: -1, PoolSize: 1, Protocol: 2, DisableIdentity: true,
+		MaxRetries: -1, PoolSize: 1, MaxIdleConns: 1, ConnMaxIdleTime: time.Minute,
+		Protocol: 2, DisableIdentity: true,
 	})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, 3*Timeout)
-	defer cancel()
-	info, err := c.Info(ctx, "replication").Result()
-	if err != nil {
-		return Replication{}, fmt.Errorf("member %s: INFO replication: %w", addr, err)
+	p.clients[addr] = pooled{c: c, password: password}
+	return c
+}
+
+// Retain closes the clients of every address not in keep.
+func (p *Pool) Retain(keep func(addr string) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for addr, e := range p.clients {
+		if !keep(addr) {
+			_ = e.c.Close()
+			delete(p.clients, addr)
+		}
 	}
-	return ParseReplication(info)
+}
+
+// Len is the number of open clients.
+func (p *Pool) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.clients)
+}
+
+// Close closes every client.
+func (p *Pool) Close() { p.Retain(func(string) bool { return false }) }
+
+// bounded is ctx limited to a few Timeouts: no call waits longer, whatever its caller does.
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, 3*Timeout)
+}
+
+// Observe reads the replication state of the member at addr (host:port) with a client of its own.
+func Observe(ctx context.Context, addr, password string) (Replication, error) {
+	p := NewPool()
+	defer p.Close()
+	return ObserveWith(ctx, p.Client(addr, password))
+}
+
+// ObserveWith reads the replication state and key count of the member c talks to.
+func ObserveWith(ctx context.Context, c *redis.Client) (Replication, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	var repl, keys *redis.StringCmd
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		repl = p.Info(ctx, "replication")
+		keys = p.Info(ctx, "keyspace")
+		return nil
+	})
+	if err != nil {
+		return Replication{}, fmt.Errorf("member %s: INFO: %w", c.Options().Addr, err)
+	}
+	r, err := ParseReplication(repl.Val())
+	if err != nil {
+		return r, fmt.Errorf("member %s: %w", c.Options().Addr, err)
+	}
+	r.Keys = ParseKeys(keys.Val())
+	return r, nil
+}
+
+// Promote makes the member a primary (REPLICAOF NO ONE). Its dataset and offset are kept.
+func Promote(ctx context.Context, c *redis.Client) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	if err := c.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		return fmt.Errorf("member %s: REPLICAOF NO ONE: %w", c.Options().Addr, err)
+	}
+	return nil
+}
+
+// Follow makes the member a replica of the primary at host:port (REPLICAOF host port). A member
+// that already follows it is left as it is.
+func Follow(ctx context.Context, c *redis.Client, host string, port int) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	if err := c.Do(ctx, "REPLICAOF", host, strconv.Itoa(port)).Err(); err != nil {
+		return fmt.Errorf("member %s: REPLICAOF %s: %w", c.Options().Addr, net.JoinHostPort(host, strconv.Itoa(port)), err)
+	}
+	return nil
+}
+
+// Failover asks a primary to hand over to its replica at host:port (FAILOVER TO host port
+// TIMEOUT): the primary pauses writes, waits until the replica has everything, then the replica
+// becomes primary and the old one its replica. It returns once the request is accepted; the
+// handover itself runs on the server, and gives up (the old primary resumes) after timeout.
+func Failover(ctx context.Context, c *redis.Client, host string, port int, timeout time.Duration) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	if err := c.Do(ctx, "FAILOVER", "TO", host, strconv.Itoa(port), "TIMEOUT", strconv.FormatInt(timeout.Milliseconds(), 10)).Err(); err != nil {
+		return fmt.Errorf("member %s: FAILOVER TO %s: %w", c.Options().Addr, net.JoinHostPort(host, strconv.Itoa(port)), err)
+	}
+	return nil
+}
+
+// AbortFailover stops a handover in progress (FAILOVER ABORT); none in progress is not an error.
+func AbortFailover(ctx context.Context, c *redis.Client) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	err := c.Do(ctx, "FAILOVER", "ABORT").Err()
+	if err != nil && !strings.Contains(err.Error(), "No failover in progress") {
+		return fmt.Errorf("member %s: FAILOVER ABORT: %w", c.Options().Addr, err)
+	}
+	return nil
+}
+
+// PauseWrites makes the member hold every write command for d (CLIENT PAUSE d WRITE): a fence for
+// a primary that must stop taking writes before another is promoted.
+func PauseWrites(ctx context.Context, c *redis.Client, d time.Duration) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	if err := c.Do(ctx, "CLIENT", "PAUSE", strconv.FormatInt(d.Milliseconds(), 10), "WRITE").Err(); err != nil {
+		return fmt.Errorf("member %s: CLIENT PAUSE: %w", c.Options().Addr, err)
+	}
+	return nil
 }
 
 // ParseReplication reads the text of INFO replication.
 func ParseReplication(info string) (Replication, error) {
-	fields := map[string]string{}
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, "#") {
-			fields[k] = v
-		}
-	}
+	fields := infoFields(info)
 	var r Replication
+	r.ReplID = fields["master_replid"]
 	switch Role(fields["role"]) {
 	case Primary:
 		r.Role = Primary
@@ -81,9 +213,40 @@ func ParseReplication(info string) (Replication, error) {
 		r.Role = Replica
 		r.Offset, _ = strconv.ParseInt(fields["slave_repl_offset"], 10, 64)
 		r.PrimaryHost = fields["master_host"]
+		r.PrimaryPort, _ = strconv.Atoi(fields["master_port"])
 		r.LinkUp = fields["master_link_status"] == "up" && fields["master_sync_in_progress"] == "0"
 	default:
 		return r, fmt.Errorf("INFO replication: unknown role %q", fields["role"])
 	}
 	return r, nil
+}
+
+// ParseKeys sums the keys of every database in the text of INFO keyspace
+// (db0:keys=3,expires=0,avg_ttl=0).
+func ParseKeys(info string) int64 {
+	var n int64
+	for k, v := range infoFields(info) {
+		if !strings.HasPrefix(k, "db") {
+			continue
+		}
+		for _, part := range strings.Split(v, ",") {
+			if name, val, ok := strings.Cut(part, "="); ok && name == "keys" {
+				c, _ := strconv.ParseInt(val, 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+func infoFields(info string) map[string]string {
+	fields := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, "#") {
+			fields[k] = v
+		}
+	}
+	return fields
 }

@@ -99,3 +99,102 @@ func TestParseReplication(t *testing.T) {
 		t.Error("an unknown role parsed")
 	}
 }
+
+// TestRoleChangesOnRealServers hands a primary over to its replica with FAILOVER, then promotes
+// and repoints by hand, reading the keys on every member.
+func TestRoleChangesOnRealServers(t *testing.T) {
+	ctx := context.Background()
+	const pw = "test-password-0815"
+	a := server(t, pw, "")
+	aHost, aPortS, _ := net.SplitHostPort(a)
+	b := server(t, pw, fmt.Sprintf("replicaof %s %s", aHost, aPortS))
+	bHost, bPortS, _ := net.SplitHostPort(b)
+	var bPort int
+	fmt.Sscan(bPortS, &bPort)
+	pool := NewPool()
+	defer pool.Close()
+	ca, cb := pool.Client(a, pw), pool.Client(b, pw)
+	for i := 0; i < 10; i++ {
+		if err := ca.Set(ctx, fmt.Sprintf("k%d", i), "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor := func(what string, c func() (bool, string)) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			ok, seen := c()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: last seen %s", what, seen)
+			}
+			time.Sleep(50 * time.Millisecond) // polling the servers, with a deadline
+		}
+	}
+	waitFor("the replica has the 10 keys", func() (bool, string) {
+		r, err := ObserveWith(ctx, cb)
+		return err == nil && r.LinkUp && r.Keys == 10, fmt.Sprintf("%+v %v", r, err)
+	})
+
+	if err := Failover(ctx, ca, bHost, bPort, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("b primary and a its replica after FAILOVER", func() (bool, string) {
+		rb, errB := ObserveWith(ctx, cb)
+		ra, errA := ObserveWith(ctx, ca)
+		return errA == nil && errB == nil && rb.Role == Primary && ra.Role == Replica && ra.PrimaryPort == bPort,
+			fmt.Sprintf("a %+v %v; b %+v %v", ra, errA, rb, errB)
+	})
+	if err := cb.Set(ctx, "after", "v", 0).Err(); err != nil {
+		t.Fatalf("writing to the new primary: %v", err)
+	}
+	if err := ca.Set(ctx, "stale", "v", 0).Err(); err == nil || !strings.Contains(err.Error(), "READONLY") {
+		t.Fatalf("writing to the old primary: %v; want READONLY", err)
+	}
+	if err := AbortFailover(ctx, ca); err != nil {
+		t.Errorf("abort with none in progress: %v", err)
+	}
+
+	// By hand: a is promoted, b follows it.
+	if err := Promote(ctx, ca); err != nil {
+		t.Fatal(err)
+	}
+	var aPort int
+	fmt.Sscan(aPortS, &aPort)
+	if err := Follow(ctx, cb, aHost, aPort); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("b follows a with 11 keys", func() (bool, string) {
+		r, err := ObserveWith(ctx, cb)
+		return err == nil && r.Role == Replica && r.LinkUp && r.Keys == 11, fmt.Sprintf("%+v %v", r, err)
+	})
+	// A paused primary holds writes until the pause ends.
+	if err := PauseWrites(ctx, ca, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := ca.Set(ctx, "paused", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 200*time.Millisecond {
+		t.Errorf("a write during CLIENT PAUSE WRITE returned after %v; want it held", took)
+	}
+	if pool.Len() != 2 {
+		t.Errorf("pool holds %d clients; want 2", pool.Len())
+	}
+	pool.Retain(func(addr string) bool { return addr == a })
+	if pool.Len() != 1 {
+		t.Errorf("after Retain the pool holds %d clients; want 1", pool.Len())
+	}
+}
+
+func TestParseKeys(t *testing.T) {
+	if n := ParseKeys("# Keyspace\r\ndb0:keys=3,expires=0,avg_ttl=0\r\ndb5:keys=4,expires=1,avg_ttl=9\r\n"); n != 7 {
+		t.Errorf("keys %d; want 7", n)
+	}
+	if n := ParseKeys("# Keyspace\r\n"); n != 0 {
+		t.Errorf("keys %d; want 0", n)
+	}
+}
