@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -48,8 +49,22 @@ func main() {
 	flag.DurationVar(&cfg.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a lease is valid without renewal")
 	flag.DurationVar(&cfg.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up")
 	flag.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew")
+	memberNetworks := flag.String("member-networks", "", "comma-separated CIDRs the operator may dial members in; a cache with a member elsewhere is not observed: no roles read, no failover (empty: any)")
+	flag.IntVar(&cfg.Controller.MemberWorkers, "member-workers", 16, "member passes (reading servers, moving roles) run in parallel")
+	flag.DurationVar(&cfg.Controller.MemberPoll, "member-poll", time.Second, "how often each cache's members are read (INFO replication and keyspace)")
 	klog.InitFlags(nil)
 	flag.Parse()
+	for _, cidr := range strings.Split(*memberNetworks, ",") {
+		if cidr = strings.TrimSpace(cidr); cidr == "" {
+			continue
+		}
+		_, n, err := net.ParseCIDR(cidr)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "--member-networks: %v\n", err)
+			os.Exit(2)
+		}
+		cfg.Controller.MemberNetworks = append(cfg.Controller.MemberNetworks, n)
+	}
 
 	cfg.QPS = float32(*qps)
 	cfg.Controller.Render.Images = render.ImageRepositories{"redis": *redisRepo, "valkey": *valkeyRepo}

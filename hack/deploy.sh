@@ -15,7 +15,7 @@ if url=$("${k[@]}" get crd "$crd" -o jsonpath='{.spec.conversion.webhook.clientC
 	"${k[@]}" patch crd "$crd" --type=merge -p '{"spec":{"conversion":{"webhook":{"clientConfig":{"url":null,
 		"service":{"namespace":"cache-operator-system","name":"cache-operator-webhook","path":"/convert","port":443}}}}}}' >/dev/null
 fi
-echo "deploy: kubectl apply --server-side -k manifests/"
-"${k[@]}" apply --server-side --force-conflicts -k manifests/
+echo "deploy: kubectl apply --server-side -k hack/deploy-local (manifests/ plus --member-networks)"
+"${k[@]}" apply --server-side --force-conflicts -k hack/deploy-local
 echo "deploy: waiting for the operator's two replicas to be Ready ..."
 "${k[@]}" rollout status deployment/cache-operator -n cache-operator-system --timeout=180s

@@ -28,7 +28,7 @@ if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
 fi
 if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
 	# As in production: leader election on (a second `make run` would wait as a follower).
-	nohup "$OPERATOR" --kubeconfig "$DEV_KUBECONFIG" --leader-elect \
+	nohup "$OPERATOR" --kubeconfig "$DEV_KUBECONFIG" --leader-elect --member-networks 198.18.0.0/15 \
 		--metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 >>"$log" 2>&1 &
 	echo $! >"$pidfile"
 	echo "up: started the operator (PID $!, log $log); webhooks on https://127.0.0.1:9443"
@@ -70,23 +70,24 @@ echo "up: redis-cli round trip with shop/sessions (password from its Secret):"
 secret=$("${k[@]}" get managedcache sessions -n shop -o jsonpath='{.status.secretName}' 2>/dev/null || true)
 [[ -n $secret ]] || secret=sessions-auth
 password=$("${k[@]}" get secret "$secret" -n shop -o jsonpath='{.data.password}' | base64 -d)
-primary_ip=$("${k[@]}" get pod sessions-0 -n shop -o jsonpath='{.status.podIP}')
+rw_ip=$("${k[@]}" get service sessions-rw -n shop -o jsonpath='{.spec.clusterIP}')
+primary=$("${k[@]}" get managedcache sessions -n shop -o jsonpath='{.status.primary}')
 value="hello-$(date +%s)"
 for _ in $(seq 1 30); do
-	REDISCLI_AUTH=$password redis-cli -h "$primary_ip" set up:greeting "$value" >/dev/null 2>&1 && break
+	REDISCLI_AUTH=$password redis-cli -h "$rw_ip" set up:greeting "$value" >/dev/null 2>&1 && break
 	sleep 1
 done
-echo "  SET up:greeting $value on sessions-0 ($primary_ip)"
-for m in 1 2; do
-	ip=$("${k[@]}" get pod "sessions-$m" -n shop -o jsonpath='{.status.podIP}')
+echo "  SET up:greeting $value through the read-write Service sessions-rw ($rw_ip), primary $primary"
+for pod in $("${k[@]}" get managedcache sessions -n shop -o jsonpath='{range .status.members[?(@.role=="replica")]}{.name}{" "}{end}'); do
+	ip=$("${k[@]}" get pod "$pod" -n shop -o jsonpath='{.status.podIP}')
 	got=""
 	for _ in $(seq 1 30); do
 		got=$(REDISCLI_AUTH=$password redis-cli -h "$ip" get up:greeting 2>/dev/null || true)
 		[[ $got == "$value" ]] && break
 		sleep 1
 	done
-	echo "  GET up:greeting on sessions-$m ($ip): $got"
-	[[ $got == "$value" ]] || { echo "up: replica sessions-$m did not return the value written on the primary" >&2; exit 1; }
+	echo "  GET up:greeting on replica $pod ($ip): $got"
+	[[ $got == "$value" ]] || { echo "up: replica $pod did not return the value written through sessions-rw" >&2; exit 1; }
 done
 unset password
 cat <<MSG

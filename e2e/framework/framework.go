@@ -107,6 +107,11 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 	return out.String(), nil
 }
 
+// MemberNetworks is the operator's --member-networks in tests: the real nodes' pod range. The
+// KWOK nodes' pods have addresses that lead nowhere (and outside the ranges tests may target), so
+// the operator never dials them; their caches are not observed.
+const MemberNetworks = "198.18.0.0/15"
+
 // Placement annotations of a namespace whose pods run on the KWOK nodes (see
 // hack/cluster/kwok-namespace.yaml): the API server's PodNodeSelector and PodTolerationRestriction
 // admission plugins add the node selector and the toleration of the KWOK taint to every pod.

@@ -32,7 +32,7 @@ func TestFailingServerExitsNonZero(t *testing.T) {
 	}
 	defer log.Close()
 	_, hookPort, _ := net.SplitHostPort(freeAddr(t))
-	cmd := exec.CommandContext(ctx, binary, "--kubeconfig", c.Kubeconfig, "--webhook-port="+hookPort,
+	cmd := exec.CommandContext(ctx, binary, "--kubeconfig", c.Kubeconfig, "--webhook-port="+hookPort, "--member-networks="+framework.MemberNetworks,
 		"--metrics-bind-address", busy.Addr().String(), "--health-probe-bind-address", "127.0.0.1:0")
 	cmd.Stdout, cmd.Stderr = log, log
 	err = cmd.Run()

@@ -88,6 +88,7 @@ func startOperator(t *testing.T, c *framework.Cluster, args ...string) *operator
 	webhookAddr := freeAddr(t)
 	_, port, _ := net.SplitHostPort(webhookAddr)
 	cmd := exec.Command(binary, append([]string{"--kubeconfig", c.Kubeconfig, "-v=3", "--webhook-port=" + port,
+		"--member-networks=" + framework.MemberNetworks,
 		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, args...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {

@@ -80,6 +80,24 @@ func StandardLabels(name string) map[string]string {
 	return l
 }
 
+// The role label: the operator sets it on each member's pod from what the member's server reports
+// (INFO replication). The read-write Service selects the primary, the read-only one the replicas.
+const (
+	LabelRole   = "cache.example.com/role"
+	RolePrimary = "primary"
+	RoleReplica = "replica"
+)
+
+// SwitchoverAnnotation on a ManagedCache names the member (a pod name) that should become the
+// primary; the operator hands over to it and then removes the annotation.
+const SwitchoverAnnotation = "cache.example.com/switchover-to"
+
+// ReadWriteService is the name of the Service that reaches the primary only.
+func ReadWriteService(cacheName string) string { return cacheName + "-rw" }
+
+// ReadOnlyService is the name of the Service that reaches the ready replicas only.
+func ReadOnlyService(cacheName string) string { return cacheName + "-ro" }
+
 // ServiceHost returns the DNS name of the Service name in namespace ns.
 func ServiceHost(name, ns, clusterDomain string) string {
 	return fmt.Sprintf("%s.%s.svc.%s", name, ns, clusterDomain)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -25,6 +26,9 @@ type Spec struct {
 	Eviction Eviction
 	// Resources are the container's requests and limits, as given (nil: none).
 	Resources map[string]interface{}
+	// FailoverDelay is how long the primary may be unreachable or not ready before a replica
+	// replaces it (spec.failover.delaySeconds).
+	FailoverDelay time.Duration
 }
 
 // Engine names the cache server program (spec.engine): redis or valkey, and its version.
@@ -91,6 +95,16 @@ func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
 			return s, fmt.Errorf("spec.%s: must be a string, got %T", strings.Join(f.path, "."), v)
 		}
 		*f.dst = str
+	}
+	if f, ok := spec["failover"].(map[string]interface{}); ok {
+		d, err := intField(f, "delaySeconds")
+		if err != nil {
+			return s, fmt.Errorf("spec.failover.%s", strings.TrimPrefix(err.Error(), "spec."))
+		}
+		s.FailoverDelay = time.Duration(d) * time.Second
+	}
+	if s.FailoverDelay < time.Second || s.FailoverDelay > 300*time.Second {
+		return s, fmt.Errorf("spec.failover.delaySeconds: must be between 1 and 300, got %v", s.FailoverDelay.Seconds())
 	}
 	if r, found := spec["resources"]; found {
 		if s.Resources, err = resourcesFrom(r); err != nil {

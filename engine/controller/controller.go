@@ -9,13 +9,17 @@
 // client-go provides directly, and owning them keeps every API request visible (a reconcile of a
 // cache that is already right makes none).
 //
-// It is not for wiring a process (package app), rendering, or diffing, and it does not talk to
-// Redis.
+// A second queue holds member passes (members.go): they read each member's server through package
+// member, decide the roles (roles.go), move the role labels, fail over, switch over and roll pods.
+//
+// It is not for wiring a process (package app), rendering, diffing, or speaking the Redis
+// protocol (package member).
 package controller
 
 import (
 	"context"
 	"fmt"
+	"net"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -35,6 +39,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/member"
 	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/render"
 	"example.com/cache-operator/engine/ssa"
@@ -52,6 +57,14 @@ type Options struct {
 	// they are cancelled (default 10s): well inside the pod's termination grace period, so that
 	// the lease is released before the kubelet kills the process.
 	ShutdownGrace time.Duration
+	// MemberNetworks are the networks the operator may dial members in (none: any). A cache with
+	// a member elsewhere is not observed: its lowest ordinal is labelled primary and it never
+	// fails over (used for simulated nodes, whose pod addresses lead nowhere).
+	MemberNetworks []*net.IPNet
+	// MemberWorkers is the number of member passes run at once (they wait on the network).
+	MemberWorkers int
+	// MemberPoll is how often each observed cache's members are read (default 1s).
+	MemberPoll time.Duration
 }
 
 // CleanupFunc releases what a cache holds outside the cluster when it is deleted. The finalizer
@@ -82,6 +95,11 @@ type Controller struct {
 	factories []dynamicinformer.DynamicSharedInformerFactory
 
 	reconciles atomic.Int64
+
+	members workqueue.TypedRateLimitingInterface[string]
+	pods    cache.SharedIndexInformer
+	pool    *member.Pool
+	store   memberStore
 }
 
 // New builds a controller: informers for ManagedCaches and for every kind the templates render
@@ -92,6 +110,12 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	}
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = 10 * time.Second
+	}
+	if opts.MemberWorkers < 1 {
+		opts.MemberWorkers = 16
+	}
+	if opts.MemberPoll <= 0 {
+		opts.MemberPoll = time.Second
 	}
 	if opts.Render.ClusterDomain == "" {
 		opts.Render.ClusterDomain = api.DefaultClusterDomain
@@ -106,6 +130,11 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 		cleanups: cleanups,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "managedcache"}),
+		members: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "members"}),
+		pool:  member.NewPool(),
+		store: memberStore{views: map[string]memberView{}, memory: map[string]*roleMemory{}},
 	}
 	// ManagedCaches: all of them. Children: only objects that carry the operator's managed-by
 	// label, so that the Services, StatefulSets, Secrets and budgets of everyone else in the
@@ -156,6 +185,35 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 		}
 		c.children = append(c.children, childKind{gvk: gvk, gvr: gvr, informer: inf})
 	}
+	// Pods: the cache members, for the member passes; only what they read is kept.
+	c.pods = labelled.ForResource(podsGVR).Informer()
+	if err := c.pods.SetTransform(podTransform); err != nil {
+		return nil, err
+	}
+	if err := c.pods.AddIndexers(cache.Indexers{instanceIndex: podInstance}); err != nil {
+		return nil, err
+	}
+	if _, err := c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueuePod,
+		UpdateFunc: func(old, cur interface{}) {
+			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
+				c.enqueuePod(cur)
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			c.enqueuePod(obj)
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				if ip, _, _ := unstructured.NestedString(u.Object, "status", "podIP"); ip != "" {
+					c.pool.Forget(c.addr(ip))
+				}
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
 	metrics.RegisterFleet(c.countByReady)
 	return c, nil
 }
@@ -179,7 +237,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	for _, f := range c.factories {
 		f.Start(ctx.Done())
 	}
-	synced := []cache.InformerSynced{c.caches.HasSynced}
+	synced := []cache.InformerSynced{c.caches.HasSynced, c.pods.HasSynced}
 	for _, k := range c.children {
 		synced = append(synced, k.informer.HasSynced)
 	}
@@ -213,8 +271,12 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 			}
 		}()
 	}
+	var memberWorkers sync.WaitGroup
+	c.runMemberWorkers(ctx, &memberWorkers)
 	<-ctx.Done()
 	c.queue.ShutDown()
+	c.members.ShutDown()
+	defer func() { memberWorkers.Wait(); c.pool.Close() }()
 	stopped := make(chan struct{})
 	go func() { workers.Wait(); close(stopped) }()
 	klog.InfoS("Shutting down: finishing reconciles in flight", "grace", c.opts.ShutdownGrace, "queued", c.queue.Len())

@@ -31,6 +31,7 @@ var testKinds = map[schema.GroupVersionResource]string{
 	{Version: "v1", Resource: "services"}:                              "Service",
 	{Group: "apps", Version: "v1", Resource: "statefulsets"}:           "StatefulSet",
 	{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}: "PodDisruptionBudget",
+	podsGVR: "Pod",
 }
 
 type fixture struct {
@@ -310,23 +311,23 @@ func TestStatus(t *testing.T) {
 		{"rolling", sts(3, 3, 2), false, 3, ReasonWaitingForReplicas},
 		{"scaling down from 5", sts(5, 5, 5), false, 3, ReasonWaitingForReplicas},
 	} {
-		s := newStatus(mc, spec, api.DefaultClusterDomain, tc.sts, nil, "", "")
+		s := newStatus(mc, spec, api.DefaultClusterDomain, tc.sts, nil, memberView{}, false, "", "")
 		c := meta.FindStatusCondition(s.Conditions, ConditionReady)
 		if (c.Status == metav1.ConditionTrue) != tc.ready || c.Reason != tc.reason || s.ReadyReplicas != tc.readyMembers {
 			t.Errorf("%s: Ready %s/%s (%s), readyReplicas %d; want ready %v, %s, %d", tc.name, c.Status, c.Reason, c.Message,
 				s.ReadyReplicas, tc.ready, tc.reason, tc.readyMembers)
 		}
-		if s.Endpoint != "sessions.shop.svc.cluster.local:6379" || s.ObservedGeneration != 1 {
-			t.Errorf("%s: endpoint %q, observedGeneration %d", tc.name, s.Endpoint, s.ObservedGeneration)
+		if s.Endpoint != "sessions-rw.shop.svc.cluster.local:6379" || s.ReadEndpoint != "sessions-ro.shop.svc.cluster.local:6379" || s.ObservedGeneration != 1 {
+			t.Errorf("%s: endpoint %q, read endpoint %q, observedGeneration %d", tc.name, s.Endpoint, s.ReadEndpoint, s.ObservedGeneration)
 		}
 	}
 	// A status that is already right is not written again; lastTransitionTime stays.
-	s := newStatus(mc, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, "", "")
+	s := newStatus(mc, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, memberView{}, false, "", "")
 	updated, err := withStatus(mc, s)
 	if err != nil || updated == nil {
 		t.Fatalf("first status: %v", err)
 	}
-	again := newStatus(updated, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, "", "")
+	again := newStatus(updated, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, memberView{}, false, "", "")
 	if u, _ := withStatus(updated, again); u != nil {
 		t.Error("an unchanged status would be written again")
 	}

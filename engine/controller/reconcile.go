@@ -110,7 +110,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 			retry = errors.Join(retry, err)
 		}
 	}
-	if err := c.writeStatus(ctx, mc, newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, storage.condition, failReason, failMessage)); err != nil {
+	c.members.Add(key) // the member pass follows what this reconcile wrote
+	view, viewOK := c.store.view(key)
+	if err := c.writeStatus(ctx, mc, newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, storage.condition, view, viewOK, failReason, failMessage)); err != nil {
 		return errors.Join(retry, err)
 	}
 	logger.V(3).Info("Reconciled", "failed", failReason)

@@ -25,6 +25,7 @@ const (
 	ReasonWaitingForReplicas = "WaitingForReplicas"
 	ReasonInvalidSpec        = "InvalidSpec"
 	ReasonRenderFailed       = "RenderFailed"
+	ReasonNoPrimaryYet       = "NoPrimary"
 )
 
 // cacheStatus is the status of a ManagedCache, as the CRD declares it.
@@ -32,6 +33,9 @@ type cacheStatus struct {
 	Conditions         []metav1.Condition `json:"conditions,omitempty"`
 	ReadyReplicas      int64              `json:"readyReplicas"`
 	Endpoint           string             `json:"endpoint,omitempty"`
+	ReadEndpoint       string             `json:"readEndpoint,omitempty"`
+	Primary            string             `json:"primary,omitempty"`
+	Members            []memberStatus     `json:"members,omitempty"`
 	Selector           string             `json:"selector,omitempty"`
 	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
 }
@@ -61,11 +65,15 @@ func (s *cacheStatus) setReady(generation int64, ready bool, reason, message str
 // newStatus computes the status of mc from what the reconcile saw. failure, when set, is the
 // reason and message of the first child that could not be applied.
 // storage, when set, is the StorageResizing condition; nil removes it.
-func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, sts *unstructured.Unstructured, storage *metav1.Condition, failReason, failMessage string) cacheStatus {
+// view is what the last member pass found (ok: there was one).
+func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, sts *unstructured.Unstructured, storage *metav1.Condition, view memberView, viewOK bool, failReason, failMessage string) cacheStatus {
 	s := statusOf(mc)
 	gen := mc.GetGeneration()
 	s.ObservedGeneration = gen
-	s.Endpoint = net.JoinHostPort(api.ServiceHost(mc.GetName(), mc.GetNamespace(), clusterDomain), strconv.Itoa(api.Port))
+	port := strconv.Itoa(api.Port)
+	s.Endpoint = net.JoinHostPort(api.ServiceHost(api.ReadWriteService(mc.GetName()), mc.GetNamespace(), clusterDomain), port)
+	s.ReadEndpoint = net.JoinHostPort(api.ServiceHost(api.ReadOnlyService(mc.GetName()), mc.GetNamespace(), clusterDomain), port)
+	applyMemberView(&s, view, viewOK, gen)
 	s.Selector = labels.SelectorFromSet(api.SelectorLabels(mc.GetName())).String()
 	s.ReadyReplicas = 0
 	upToDate := false
@@ -92,6 +100,8 @@ func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain strin
 	case running > spec.Replicas:
 		s.setReady(gen, false, ReasonWaitingForReplicas,
 			fmt.Sprintf("%s; %d members running, waiting for the surplus to stop", msg, running))
+	case viewOK && s.Primary == "" && upToDate && s.ReadyReplicas >= spec.Replicas:
+		s.setReady(gen, false, ReasonNoPrimaryYet, msg+"; no primary yet")
 	case upToDate && s.ReadyReplicas >= spec.Replicas:
 		s.setReady(gen, true, ReasonAllReplicasReady, msg)
 	default:

@@ -250,3 +250,13 @@ func infoFields(info string) map[string]string {
 	}
 	return fields
 }
+
+// Forget closes the client of the member at addr, if there is one.
+func (p *Pool) Forget(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.clients[addr]; ok {
+		_ = e.c.Close()
+		delete(p.clients, addr)
+	}
+}

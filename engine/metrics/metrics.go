@@ -162,3 +162,36 @@ func (p *queueMetricsProvider) NewLongestRunningProcessorSecondsMetric(n string)
 func (p *queueMetricsProvider) NewRetriesMetric(n string) workqueue.CounterMetric {
 	return p.retries.WithLabelValues(n)
 }
+
+var (
+	memberPolls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cache_operator_member_polls_total",
+		Help: "Reads of a member's replication state (INFO), by result (success, error).",
+	}, []string{"result"})
+	failovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cache_operator_failovers_total",
+		Help: "Primaries replaced, by kind: failover (the primary was gone) or switchover (handed over by a live primary).",
+	}, []string{"kind"})
+	failoverDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "cache_operator_failover_duration_seconds",
+		Help:    "From the primary first seen gone (failover) or the handover's start (switchover) until the new primary serves, by kind.",
+		Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 3, 5, 8, 13, 21, 34, 60},
+	}, []string{"kind"})
+)
+
+func init() { Registry.MustRegister(memberPolls, failovers, failoverDuration) }
+
+// MemberObserved records one read of a member's replication state.
+func MemberObserved(err error) {
+	if err != nil {
+		memberPolls.WithLabelValues("error").Inc()
+		return
+	}
+	memberPolls.WithLabelValues("success").Inc()
+}
+
+// Failover records a primary replaced (kind failover or switchover) after d.
+func Failover(kind string, d time.Duration) {
+	failovers.WithLabelValues(kind).Inc()
+	failoverDuration.WithLabelValues(kind).Observe(d.Seconds())
+}

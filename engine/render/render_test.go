@@ -180,10 +180,21 @@ func TestRenderChildrenShape(t *testing.T) {
 			t.Errorf("%s carries the password", o.GetKind()+"/"+o.GetName())
 		}
 	}
-	if got := strings.Join(kinds, ","); got != "PodDisruptionBudget,Secret,Service,StatefulSet" {
-		t.Errorf("kinds %s", got)
+	if got := strings.Join(kinds, ","); got != "PodDisruptionBudget,Secret,Service,Service,Service,StatefulSet" {
+		t.Fatalf("kinds %s", got)
 	}
-	sts := objs[3]
+	// The read-write Service selects the primary, the read-only one the replicas; pods start as
+	// replicas.
+	for i, role := range map[int]string{3: api.RolePrimary, 4: api.RoleReplica} {
+		sel, _, _ := unstructured.NestedStringMap(objs[i].Object, "spec", "selector")
+		if sel[api.LabelRole] != role || sel[api.LabelInstance] != "sessions" {
+			t.Errorf("%s selects %v; want the %s members of sessions", objs[i].GetName(), sel, role)
+		}
+	}
+	sts := objs[5]
+	if l, _, _ := unstructured.NestedString(sts.Object, "spec", "template", "metadata", "labels", api.LabelRole); l != api.RoleReplica {
+		t.Errorf("pods start with role %q; want %q", l, api.RoleReplica)
+	}
 	containers, _, _ := unstructured.NestedSlice(sts.Object, "spec", "template", "spec", "containers")
 	if img := containers[0].(map[string]interface{})["image"]; img != "registry.example/redis:7.4" {
 		t.Errorf("image %v", img)

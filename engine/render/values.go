@@ -1,8 +1,6 @@
 package render
 
 import (
-	"fmt"
-
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"example.com/cache-operator/engine/api"
@@ -22,8 +20,13 @@ type Values struct {
 	SelectorLabels map[string]string
 	// Port is the port every member serves on.
 	Port int
-	// PrimaryHost is the DNS name of ordinal 0, the primary.
-	PrimaryHost string
+	// RoleLabel is the label key of a member's role; RolePrimary and RoleReplica its values.
+	RoleLabel, RolePrimary, RoleReplica string
+	// ReadWriteService and ReadOnlyService are the names of the Services that reach the primary
+	// and the ready replicas.
+	ReadWriteService, ReadOnlyService string
+	// ReadWriteHost is the DNS name of the read-write Service: a starting member follows it.
+	ReadWriteHost string
 	// SecretName is the name of the Secret that holds the password.
 	SecretName string
 	// PasswordKey is the key of the password in that Secret.
@@ -65,16 +68,21 @@ func NewValues(mc *unstructured.Unstructured, spec api.Spec, cfg Config, passwor
 		domain = api.DefaultClusterDomain
 	}
 	return Values{
-		Name:           name,
-		Namespace:      ns,
-		Spec:           spec,
-		Image:          repo + ":" + spec.Engine.Version,
-		Labels:         api.StandardLabels(name),
-		SelectorLabels: api.SelectorLabels(name),
-		Port:           api.Port,
-		PrimaryHost:    fmt.Sprintf("%s-0.%s", name, api.ServiceHost(name, ns, domain)),
-		SecretName:     api.SecretName(name),
-		PasswordKey:    api.PasswordKey,
-		Password:       password,
+		Name:             name,
+		Namespace:        ns,
+		Spec:             spec,
+		Image:            repo + ":" + spec.Engine.Version,
+		Labels:           api.StandardLabels(name),
+		SelectorLabels:   api.SelectorLabels(name),
+		Port:             api.Port,
+		RoleLabel:        api.LabelRole,
+		RolePrimary:      api.RolePrimary,
+		RoleReplica:      api.RoleReplica,
+		ReadWriteService: api.ReadWriteService(name),
+		ReadOnlyService:  api.ReadOnlyService(name),
+		ReadWriteHost:    api.ServiceHost(api.ReadWriteService(name), ns, domain),
+		SecretName:       api.SecretName(name),
+		PasswordKey:      api.PasswordKey,
+		Password:         password,
 	}
 }

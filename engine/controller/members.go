@@ -1,0 +1,618 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/redis/go-redis/v9"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/member"
+	"example.com/cache-operator/engine/metrics"
+)
+
+var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+// ConditionDegraded is True while a cache is not whole: no primary, a failover or a roll under
+// way, a member that does not answer or a replica out of sync.
+const ConditionDegraded = "Degraded"
+
+// memberView is what the last member pass of a cache found, for its status.
+type memberView struct {
+	// Observed: the operator reads the members' servers. False for members it may not dial
+	// (outside --member-networks): their roles are the labels it set, never verified.
+	Observed bool
+	Primary  string
+	Members  []memberStatus
+	// Degraded is the Degraded condition's reason and message ("" when whole or not observed).
+	Degraded, DegradedMessage string
+}
+
+// memberStatus is one entry of status.members.
+type memberStatus struct {
+	Name     string `json:"name"`
+	Role     string `json:"role"`
+	LagBytes int64  `json:"lagBytes,omitempty"`
+}
+
+// roleMemory is what a member pass keeps of a cache between passes.
+type roleMemory struct {
+	unhealthySince    time.Time
+	lastPrimary       string
+	lastPrimaryOffset int64
+}
+
+// memberStore holds the member passes' views and memories, by cache key.
+type memberStore struct {
+	mu     sync.Mutex
+	views  map[string]memberView
+	memory map[string]*roleMemory
+}
+
+func (s *memberStore) view(key string) (memberView, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.views[key]
+	return v, ok
+}
+
+// setView stores v and reports whether it differs from what was stored.
+func (s *memberStore) setView(key string, v memberView) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.views[key]
+	s.views[key] = v
+	return !ok || !reflect.DeepEqual(old, v)
+}
+
+func (s *memberStore) mem(key string) *roleMemory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.memory[key]
+	if m == nil {
+		m = &roleMemory{}
+		s.memory[key] = m
+	}
+	return m
+}
+
+func (s *memberStore) forget(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.views, key)
+	delete(s.memory, key)
+}
+
+// podTransform keeps what a member pass reads of a pod: name, labels, owner, deletion, node, IP
+// and the Ready condition. Pods are the largest objects the operator watches; the rest is never
+// read.
+func podTransform(obj interface{}) (interface{}, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	md := map[string]interface{}{}
+	for _, k := range []string{"name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences", "deletionTimestamp"} {
+		if v, ok := u.Object["metadata"].(map[string]interface{})[k]; ok {
+			md[k] = v
+		}
+	}
+	status := map[string]interface{}{}
+	if ip, ok, _ := unstructured.NestedString(u.Object, "status", "podIP"); ok {
+		status["podIP"] = ip
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]interface{}); ok && m["type"] == string(corev1.PodReady) {
+			status["conditions"] = []interface{}{map[string]interface{}{"type": m["type"], "status": m["status"]}}
+		}
+	}
+	out := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": md, "status": status,
+	}}
+	if node, ok, _ := unstructured.NestedString(u.Object, "spec", "nodeName"); ok {
+		out.Object["spec"] = map[string]interface{}{"nodeName": node}
+	}
+	return out, nil
+}
+
+const instanceIndex = "instance"
+
+// podInstance indexes a pod by namespace/<its cache>.
+func podInstance(obj interface{}) ([]string, error) {
+	o, ok := obj.(metav1.Object)
+	if !ok {
+		return nil, nil
+	}
+	if inst := o.GetLabels()[api.LabelInstance]; inst != "" {
+		return []string{o.GetNamespace() + "/" + inst}, nil
+	}
+	return nil, nil
+}
+
+// enqueuePod schedules a member pass of the pod's cache.
+func (c *Controller) enqueuePod(obj interface{}) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	keys, _ := podInstance(obj)
+	for _, k := range keys {
+		c.members.Add(k)
+	}
+}
+
+// runMemberWorkers runs member passes until ctx ends.
+func (c *Controller) runMemberWorkers(ctx context.Context, wg *sync.WaitGroup) {
+	for i := 0; i < c.opts.MemberWorkers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.processNextMemberItem(ctx) {
+			}
+		}()
+	}
+}
+
+func (c *Controller) processNextMemberItem(ctx context.Context) bool {
+	key, shutdown := c.members.Get()
+	if shutdown {
+		return false
+	}
+	defer c.members.Done(key)
+	if ctx.Err() != nil {
+		return false
+	}
+	next, err := c.syncMembers(ctx, key)
+	if err != nil {
+		klog.ErrorS(err, "Member pass failed; retrying", "managedcache", key)
+		c.members.AddRateLimited(key)
+		return true
+	}
+	c.members.Forget(key)
+	if next > 0 {
+		c.members.AddAfter(key, next)
+	}
+	return true
+}
+
+// syncMembers is one member pass of a cache: it reads the members' pods and servers, decides the
+// roles (decideRoles) and carries the decision out. It returns when to look again (0: on the
+// next pod or cache event only).
+func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration, error) {
+	obj, exists, err := c.caches.GetIndexer().GetByKey(key)
+	if err != nil {
+		return 0, err
+	}
+	if !exists {
+		c.store.forget(key)
+		return 0, nil
+	}
+	mc := obj.(*unstructured.Unstructured)
+	if mc.GetDeletionTimestamp() != nil {
+		return 0, nil
+	}
+	spec, err := api.SpecFrom(mc)
+	if err != nil {
+		return 0, nil // the reconcile reports it
+	}
+	ns, name := mc.GetNamespace(), mc.GetName()
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "managedcache", klog.KRef(ns, name))
+	ctx = klog.NewContext(ctx, logger)
+	members := c.memberPods(ns, name)
+	if len(members) == 0 {
+		return 0, nil
+	}
+	sts, _ := c.child(statefulSetGVK, ns, name)
+	updateRevision := ""
+	if sts != nil {
+		updateRevision, _, _ = unstructured.NestedString(sts.Object, "status", "updateRevision")
+	}
+	for _, m := range members {
+		if m.IP != "" && !c.dialable(m.IP) {
+			return 0, c.syncUnobserved(ctx, mc, key, spec, members, updateRevision)
+		}
+	}
+	secret, _ := c.child(secretGVK, ns, api.SecretName(name))
+	password := passwordFrom(secret)
+	if password == "" {
+		return 0, nil // no Secret yet: the reconcile creates it, and the pods wait for it
+	}
+	c.observe(ctx, members, password)
+
+	mem := c.store.mem(key)
+	now := time.Now()
+	healthy := false
+	for _, m := range members {
+		if m.Label == api.RolePrimary && m.isPrimary() && m.PodReady && !m.Deleting {
+			healthy = true
+			mem.lastPrimary, mem.lastPrimaryOffset = m.Name, m.Repl.Offset
+		}
+	}
+	if healthy {
+		mem.unhealthySince = time.Time{}
+	} else if mem.unhealthySince.IsZero() {
+		mem.unhealthySince = now
+	}
+	v := roleView{
+		Now: now, Members: members, Delay: spec.FailoverDelay, UnhealthySince: mem.unhealthySince,
+		SwitchoverTo: mc.GetAnnotations()[api.SwitchoverAnnotation], UpdateRevision: updateRevision,
+		Replicas: int(spec.Replicas),
+	}
+	act := decideRoles(v, mem.lastPrimaryOffset)
+	acted, err := c.act(ctx, mc, members, act, mem)
+	c.publish(key, observedView(members, act))
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case acted:
+		return 200 * time.Millisecond, nil // verify what was done
+	case !act.WaitUntil.IsZero() && act.WaitUntil.Sub(now) < c.opts.MemberPoll:
+		return max(act.WaitUntil.Sub(now), 50*time.Millisecond), nil
+	}
+	return c.opts.MemberPoll, nil
+}
+
+// publish stores the view of a cache and, when it changed, has the cache's status rewritten.
+func (c *Controller) publish(key string, v memberView) {
+	if c.store.setView(key, v) {
+		c.queue.Add(key)
+	}
+}
+
+// memberPods returns the members of a cache from the pod informer, by ordinal.
+func (c *Controller) memberPods(ns, name string) []memberState {
+	objs, err := c.pods.GetIndexer().ByIndex(instanceIndex, ns+"/"+name)
+	if err != nil {
+		return nil
+	}
+	var out []memberState
+	for _, o := range objs {
+		p := o.(*unstructured.Unstructured)
+		ref := metav1.GetControllerOfNoCopy(p)
+		if ref == nil || ref.Kind != "StatefulSet" || ref.Name != name {
+			continue
+		}
+		ord, err := strconv.Atoi(strings.TrimPrefix(p.GetName(), name+"-"))
+		if err != nil || p.GetName() != name+"-"+strconv.Itoa(ord) {
+			continue
+		}
+		ip, _, _ := unstructured.NestedString(p.Object, "status", "podIP")
+		m := memberState{
+			Name: p.GetName(), Ordinal: ord, IP: ip, Label: p.GetLabels()[api.LabelRole],
+			Deleting: p.GetDeletionTimestamp() != nil, Revision: p.GetLabels()["controller-revision-hash"],
+		}
+		conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
+		for _, cd := range conds {
+			if cm, ok := cd.(map[string]interface{}); ok && cm["type"] == string(corev1.PodReady) && cm["status"] == string(corev1.ConditionTrue) {
+				m.PodReady = true
+			}
+		}
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Ordinal < out[j].Ordinal })
+	return out
+}
+
+// dialable reports whether the operator may connect to ip (--member-networks; none: any).
+func (c *Controller) dialable(ip string) bool {
+	if len(c.opts.MemberNetworks) == 0 {
+		return true
+	}
+	addr := net.ParseIP(ip)
+	for _, n := range c.opts.MemberNetworks {
+		if addr != nil && n.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// observe reads every member's server at once, each call bounded by member.Timeout.
+func (c *Controller) observe(ctx context.Context, members []memberState, password string) {
+	var wg sync.WaitGroup
+	for i := range members {
+		if members[i].IP == "" {
+			continue
+		}
+		wg.Add(1)
+		go func(m *memberState) {
+			defer wg.Done()
+			r, err := member.ObserveWith(ctx, c.pool.Client(c.addr(m.IP), password))
+			metrics.MemberObserved(err)
+			if err != nil {
+				klog.FromContext(ctx).V(3).Info("Member does not answer", "member", m.Name, "err", err)
+				return
+			}
+			m.Observed, m.Repl = true, r
+		}(&members[i])
+	}
+	wg.Wait()
+}
+
+func (c *Controller) addr(ip string) string { return net.JoinHostPort(ip, strconv.Itoa(api.Port)) }
+
+// act carries out a decision. It reports whether it changed anything.
+func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, members []memberState, act roleAction, mem *roleMemory) (bool, error) {
+	byName := map[string]memberState{}
+	for _, m := range members {
+		byName[m.Name] = m
+	}
+	secret, _ := c.child(secretGVK, mc.GetNamespace(), api.SecretName(mc.GetName()))
+	password := passwordFrom(secret)
+	client := func(m memberState) *redis.Client { return c.pool.Client(c.addr(m.IP), password) }
+	logger := klog.FromContext(ctx)
+
+	if act.SwitchTo != "" {
+		return true, c.switchover(ctx, mc, byName[act.From], byName[act.SwitchTo], members, client)
+	}
+	acted := false
+	// Fence first: every member labelled primary that is not to be the primary loses the label
+	// before anyone is promoted, so the read-write Service never reaches two primaries.
+	for _, name := range sortedKeys(act.Labels) {
+		if act.Labels[name] == api.RoleReplica {
+			if err := c.setRole(ctx, mc.GetNamespace(), name, api.RoleReplica); err != nil {
+				return acted, err
+			}
+			acted = true
+		}
+	}
+	p := byName[act.Primary]
+	if act.Promote {
+		start := mem.unhealthySince
+		if act.From != "" {
+			c.recorder.Eventf(mc, corev1.EventTypeWarning, "FailoverStarted",
+				"Primary %s is gone; promoting %s (the member with the most data), losing %d bytes of replication lag", act.From, act.Primary, act.LostBytes)
+			logger.Info("Failover", "from", act.From, "to", act.Primary, "lostBytes", act.LostBytes)
+			// A former primary that still answers as master is paused before the promotion: the
+			// writes it would take through old connections could not reach the new primary.
+			if old, ok := byName[act.From]; ok && old.isPrimary() {
+				if err := member.PauseWrites(ctx, client(old), 10*time.Second); err != nil {
+					logger.Info("Could not pause the old primary", "member", old.Name, "err", err)
+				}
+			}
+		} else {
+			logger.Info("Electing a primary", "member", act.Primary, "keys", p.Repl.Keys, "offset", p.Repl.Offset)
+		}
+		if err := member.Promote(ctx, client(p)); err != nil {
+			return acted, err
+		}
+		acted = true
+		if act.From != "" {
+			metrics.Failover("failover", time.Since(start))
+			defer func() {
+				c.recorder.Eventf(mc, corev1.EventTypeNormal, "FailoverCompleted",
+					"%s is the primary instead of %s, %.1fs after the primary was first seen gone; %d bytes of lag lost",
+					act.Primary, act.From, time.Since(start).Seconds(), act.LostBytes)
+			}()
+		}
+	}
+	if l, ok := act.Labels[act.Primary]; ok && l == api.RolePrimary {
+		if err := c.setRole(ctx, mc.GetNamespace(), act.Primary, api.RolePrimary); err != nil {
+			return acted, err
+		}
+		acted = true
+	}
+	for _, name := range act.Follow {
+		m := byName[name]
+		if err := member.Follow(ctx, client(m), p.IP, api.Port); err != nil {
+			logger.Info("Could not point a member at the primary; retrying", "member", name, "err", err)
+			continue
+		}
+		acted = true
+	}
+	if act.Delete != "" {
+		m := byName[act.Delete]
+		logger.Info("Restarting a member on the new revision", "member", m.Name)
+		if err := c.deletePod(ctx, mc.GetNamespace(), m.Name); err != nil {
+			return acted, err
+		}
+		acted = true
+	}
+	return acted, nil
+}
+
+// switchover hands the primary role from a live primary to target: the old primary leaves the
+// read-write Service, then FAILOVER TO pauses its writes until target has all of them and swaps
+// the roles; then target joins the Service and the others follow it.
+func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructured, from, to memberState, members []memberState, client func(memberState) *redis.Client) error {
+	logger := klog.FromContext(ctx)
+	start := time.Now()
+	c.recorder.Eventf(mc, corev1.EventTypeNormal, "SwitchoverStarted", "Handing the primary role from %s to %s", from.Name, to.Name)
+	ns := mc.GetNamespace()
+	if err := c.setRole(ctx, ns, from.Name, api.RoleReplica); err != nil {
+		return err
+	}
+	restore := func(cause error) error {
+		_ = member.AbortFailover(ctx, client(from))
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, "SwitchoverFailed", "Handing over from %s to %s failed: %v", from.Name, to.Name, cause)
+		return fmt.Errorf("switchover from %s to %s: %w", from.Name, to.Name, cause)
+	}
+	if err := member.Failover(ctx, client(from), to.IP, api.Port, 5*time.Second); err != nil {
+		return restore(err)
+	}
+	deadline := time.Now().Add(6 * time.Second)
+	for {
+		r, err := member.ObserveWith(ctx, client(to))
+		if err == nil && r.Role == member.Primary {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return restore(fmt.Errorf("%s did not become primary within 6s (last: %+v, %v)", to.Name, r, err))
+		}
+		select { // polling the handover, bounded by the deadline above
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := c.setRole(ctx, ns, to.Name, api.RolePrimary); err != nil {
+		return err
+	}
+	for _, m := range members {
+		if m.Name != to.Name && m.Name != from.Name && m.IP != "" {
+			if err := member.Follow(ctx, client(m), to.IP, api.Port); err != nil {
+				logger.Info("Could not point a member at the new primary; retrying", "member", m.Name, "err", err)
+			}
+		}
+	}
+	took := time.Since(start)
+	metrics.Failover("switchover", took)
+	c.recorder.Eventf(mc, corev1.EventTypeNormal, "SwitchoverCompleted", "%s is the primary instead of %s (%.2fs)", to.Name, from.Name, took.Seconds())
+	logger.Info("Switchover", "from", from.Name, "to", to.Name, "took", took)
+	if mc.GetAnnotations()[api.SwitchoverAnnotation] != "" {
+		return c.clearSwitchover(ctx, mc)
+	}
+	return nil
+}
+
+// clearSwitchover removes the switchover annotation once it is done (only if it still names the
+// same member).
+func (c *Controller) clearSwitchover(ctx context.Context, mc *unstructured.Unstructured) error {
+	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(api.SwitchoverAnnotation, "~", "~0"), "/", "~1")
+	patch, _ := json.Marshal([]map[string]interface{}{
+		{"op": "test", "path": path, "value": mc.GetAnnotations()[api.SwitchoverAnnotation]},
+		{"op": "remove", "path": path},
+	})
+	_, err := c.client.Resource(api.Resource).Namespace(mc.GetNamespace()).Patch(ctx, mc.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager})
+	if apierrors.IsInvalid(err) || apierrors.IsNotFound(err) {
+		return nil // changed meanwhile: the next pass reads the new value
+	}
+	return err
+}
+
+// setRole sets a member's role label.
+func (c *Controller) setRole(ctx context.Context, ns, pod, role string) error {
+	patch, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"labels": map[string]string{api.LabelRole: role}}})
+	_, err := c.client.Resource(podsGVR).Namespace(ns).Patch(ctx, pod, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager})
+	if err != nil {
+		return fmt.Errorf("Pod/%s/%s: setting role %s: %w", ns, pod, role, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Role label set", "member", pod, "role", role)
+	return nil
+}
+
+// deletePod deletes a member's pod to roll it; the StatefulSet makes it anew on the new revision.
+func (c *Controller) deletePod(ctx context.Context, ns, pod string) error {
+	err := c.client.Resource(podsGVR).Namespace(ns).Delete(ctx, pod, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("Pod/%s/%s: deleting to roll it: %w", ns, pod, err)
+	}
+	return nil
+}
+
+// syncUnobserved keeps the roles of a cache whose members the operator may not dial (outside
+// --member-networks): the lowest ordinal is labelled primary when none is, nothing fails over,
+// and rolls go one ready member at a time, highest ordinal first.
+func (c *Controller) syncUnobserved(ctx context.Context, mc *unstructured.Unstructured, key string, spec api.Spec, members []memberState, updateRevision string) error {
+	primary := ""
+	allReady := true
+	for _, m := range members {
+		if m.Label == api.RolePrimary && !m.Deleting {
+			primary = m.Name
+		}
+		allReady = allReady && m.PodReady && !m.Deleting
+	}
+	if primary == "" {
+		for _, m := range members {
+			if !m.Deleting {
+				if err := c.setRole(ctx, mc.GetNamespace(), m.Name, api.RolePrimary); err != nil {
+					return err
+				}
+				primary = m.Name
+				break
+			}
+		}
+	}
+	c.publish(key, memberView{Primary: primary})
+	if !allReady || updateRevision == "" {
+		return nil
+	}
+	for i := len(members) - 1; i >= 0; i-- {
+		if members[i].Revision != updateRevision {
+			return c.deletePod(ctx, mc.GetNamespace(), members[i].Name)
+		}
+	}
+	return nil
+}
+
+// observedView is the status view of a member pass.
+func observedView(members []memberState, act roleAction) memberView {
+	v := memberView{Observed: true, Degraded: act.Degraded, DegradedMessage: act.DegradedMessage}
+	var primaryOffset int64 = -1
+	var primaryID string
+	for _, m := range members {
+		if m.Name == act.Primary && m.isPrimary() && m.Label == api.RolePrimary {
+			v.Primary = m.Name
+			primaryOffset, primaryID = m.Repl.Offset, m.Repl.ReplID
+		}
+	}
+	for _, m := range members {
+		s := memberStatus{Name: m.Name, Role: "unknown"}
+		if m.Observed {
+			s.Role = api.RoleReplica
+			if m.Name == v.Primary {
+				s.Role = api.RolePrimary
+			} else if primaryOffset >= 0 && m.Repl.ReplID == primaryID {
+				s.LagBytes = roundLag(primaryOffset - m.Repl.Offset)
+			}
+		}
+		v.Members = append(v.Members, s)
+	}
+	return v
+}
+
+// roundLag rounds a lag down to a power of two, and to 0 below 1 MiB: status must not change
+// with every write a busy cache takes.
+func roundLag(lag int64) int64 {
+	if lag < 1<<20 {
+		return 0
+	}
+	p := int64(1 << 20)
+	for p*2 <= lag {
+		p *= 2
+	}
+	return p
+}
+
+// applyMemberView sets what the member pass found in s: primary, members, the read endpoint and
+// the Degraded condition.
+func applyMemberView(s *cacheStatus, v memberView, ok bool, generation int64) {
+	s.Primary, s.Members = v.Primary, v.Members
+	if !ok || !v.Observed {
+		meta.RemoveStatusCondition(&s.Conditions, ConditionDegraded)
+		return
+	}
+	cond := metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonHealthy,
+		Message: "every member answers and every replica is in sync", ObservedGeneration: generation}
+	if v.Degraded != "" {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, v.Degraded, v.DegradedMessage
+	}
+	meta.SetStatusCondition(&s.Conditions, cond)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

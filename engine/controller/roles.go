@@ -1,0 +1,297 @@
+package controller
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/member"
+)
+
+// memberState is one member of a cache as a member pass sees it: its pod from the informer cache
+// and, when its server answered, its replication state.
+type memberState struct {
+	Name     string
+	Ordinal  int
+	IP       string
+	Label    string // the pod's role label
+	PodReady bool
+	Deleting bool
+	Revision string // the pod's controller-revision-hash
+	Observed bool   // its server answered (Repl is valid)
+	Repl     member.Replication
+}
+
+func (m memberState) isPrimary() bool { return m.Observed && m.Repl.Role == member.Primary }
+
+// roleView is what decideRoles works from.
+type roleView struct {
+	Now     time.Time
+	Members []memberState // by ordinal
+	// Delay is spec.failover.delaySeconds.
+	Delay time.Duration
+	// UnhealthySince is when the primary was first seen gone (or no primary at all); zero while
+	// a primary is healthy. The caller keeps it between passes.
+	UnhealthySince time.Time
+	// SwitchoverTo is the member named by the switchover annotation.
+	SwitchoverTo string
+	// UpdateRevision is the StatefulSet's update revision; members on another revision roll.
+	UpdateRevision string
+	// Replicas is spec.replicas: members at or above it are on their way out.
+	Replicas int
+}
+
+// roleAction is what a member pass does next. At most one of Promote (a failover or a first
+// primary), SwitchTo (a handover from a live primary) and Delete (a rolling restart) is set.
+type roleAction struct {
+	// Primary is the member that is, or is about to become, the primary ("" while there is none).
+	Primary string
+	// From is the primary being replaced by Promote or SwitchTo, if any.
+	From string
+	// Promote is set when Primary must be promoted (REPLICAOF NO ONE) first.
+	Promote bool
+	// SwitchTo is the replica a live primary hands over to (FAILOVER TO), Primary being the old one.
+	SwitchTo string
+	// Follow are the members to point at Primary (REPLICAOF).
+	Follow []string
+	// Labels are the role labels to set, member by member (only those that differ).
+	Labels map[string]string
+	// Delete is the member whose pod is deleted to roll it to the update revision.
+	Delete string
+	// WaitUntil, when set, is when the pass must look again (the failover delay runs).
+	WaitUntil time.Time
+	// Degraded, when set, is why the cache is not whole (a reason and a message).
+	Degraded, DegradedMessage string
+	// LostBytes is how far the promoted member was behind the lost primary's last offset.
+	LostBytes int64
+}
+
+// Reasons of the Degraded condition.
+const (
+	ReasonPrimaryUnreachable = "PrimaryUnreachable"
+	ReasonFailingOver        = "FailingOver"
+	ReasonNoPrimary          = "NoPrimary"
+	ReasonMemberUnreachable  = "MemberUnreachable"
+	ReasonReplicaNotInSync   = "ReplicaNotInSync"
+	ReasonRolling            = "RollingRestart"
+	ReasonHealthy            = "AllMembersHealthy"
+)
+
+// decideRoles decides, from the members' pods and what their servers report, who the primary is
+// and what to do next. It is pure: the member pass carries the action out.
+//
+// The rules:
+//   - The primary is the member labelled primary whose server reports master. A labelled member
+//     whose server reports replica has restarted (members always start as replicas): it is gone
+//     at once. One that does not answer, or whose pod is not ready, is gone after Delay.
+//   - A gone primary is replaced by the member with the most data: members holding keys before
+//     empty ones (an empty restart never wins while another member holds data), then the highest
+//     replication offset, then the most keys, then the lowest ordinal.
+//   - With no labelled primary (a new cache, or one made before roles), a member whose server
+//     already reports master with data is kept; otherwise the best member is promoted, once every
+//     member answered or Delay passed.
+//   - Every other member follows the primary's address; labels follow roles.
+//   - Rolls run one member at a time while the cache is whole: replicas first, highest ordinal
+//     first, then a handover from the old primary to an updated replica.
+func decideRoles(v roleView, lastPrimaryOffset int64) roleAction {
+	var act roleAction
+	byName := map[string]memberState{}
+	var labelled []memberState
+	for _, m := range v.Members {
+		byName[m.Name] = m
+		if m.Label == api.RolePrimary {
+			labelled = append(labelled, m)
+		}
+	}
+	// The current primary: a labelled member whose server says master (the first by ordinal if
+	// somehow several do; the others are fenced below).
+	var primary *memberState
+	for i := range labelled {
+		if labelled[i].isPrimary() && !labelled[i].Deleting {
+			primary = &labelled[i]
+			break
+		}
+	}
+	healthy := primary != nil && primary.PodReady
+	switch {
+	case healthy:
+		act.Primary = primary.Name
+	case primary != nil && v.Now.Before(v.UnhealthySince.Add(v.Delay)):
+		// Answering as master but its pod is not ready: keep it while the delay runs.
+		act.Primary = primary.Name
+		act.WaitUntil = v.UnhealthySince.Add(v.Delay)
+		act.Degraded, act.DegradedMessage = ReasonPrimaryUnreachable, fmt.Sprintf("primary %s is not ready; replaced after %v", primary.Name, v.Delay)
+	default:
+		// No healthy primary. A labelled member that answers as a replica restarted: it is gone
+		// now. Otherwise wait out the delay (a member that does not answer may be busy).
+		restarted := false
+		from := ""
+		for _, m := range labelled {
+			from = m.Name
+			if m.Deleting || (m.Observed && m.Repl.Role == member.Replica) {
+				restarted = true // a deleted pod does not come back with its server as it was
+			}
+		}
+		allAnswer := true
+		for _, m := range v.Members {
+			if !m.Observed && !m.Deleting {
+				allAnswer = false
+			}
+		}
+		waited := !v.Now.Before(v.UnhealthySince.Add(v.Delay))
+		if from == "" && !allAnswer && !waited {
+			act.WaitUntil = v.UnhealthySince.Add(v.Delay)
+			act.Degraded, act.DegradedMessage = ReasonNoPrimary, "no primary yet; waiting for every member to answer"
+			break
+		}
+		if from != "" && !restarted && !waited {
+			act.WaitUntil = v.UnhealthySince.Add(v.Delay)
+			act.Degraded, act.DegradedMessage = ReasonPrimaryUnreachable, fmt.Sprintf("primary %s does not answer; replaced after %v", from, v.Delay)
+			break
+		}
+		best, ok := bestCandidate(v.Members, from)
+		if !ok {
+			act.Degraded, act.DegradedMessage = ReasonNoPrimary, "no member answers; nothing to promote"
+			act.WaitUntil = v.Now.Add(v.Delay)
+			break
+		}
+		act.Primary, act.From = best.Name, from
+		act.Promote = !best.isPrimary()
+		if from != "" {
+			act.Promote = true // a failover always promotes, even a member that says master
+			if lastPrimaryOffset > best.Repl.Offset {
+				act.LostBytes = lastPrimaryOffset - best.Repl.Offset
+			}
+			act.Degraded, act.DegradedMessage = ReasonFailingOver, fmt.Sprintf("primary %s is gone; promoting %s", from, best.Name)
+		} else if !act.Promote {
+			act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("electing %s, which already serves as primary", best.Name)
+		} else {
+			act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("electing %s", best.Name)
+		}
+	}
+
+	act.Labels = map[string]string{}
+	p, havePrimary := byName[act.Primary]
+	for _, m := range v.Members {
+		want := api.RoleReplica
+		if m.Name == act.Primary {
+			want = api.RolePrimary
+		}
+		if m.Label != want && (m.Observed || want == api.RoleReplica || m.Name == act.Primary) {
+			act.Labels[m.Name] = want
+		}
+		// Followers: every other member that answers and does not follow the primary's address.
+		if havePrimary && m.Name != act.Primary && m.Observed && !m.Deleting && p.IP != "" &&
+			(m.Repl.Role != member.Replica || m.Repl.PrimaryHost != p.IP || m.Repl.PrimaryPort != api.Port) {
+			act.Follow = append(act.Follow, m.Name)
+		}
+	}
+	if act.Promote || act.Primary == "" || !healthy {
+		return act
+	}
+
+	// A healthy primary: degraded members, a switchover, a roll.
+	whole := true
+	for _, m := range v.Members {
+		switch {
+		case m.Name == act.Primary:
+		case !m.Observed:
+			whole = false
+			if act.Degraded == "" {
+				act.Degraded, act.DegradedMessage = ReasonMemberUnreachable, fmt.Sprintf("member %s does not answer", m.Name)
+			}
+		case !m.Repl.LinkUp || !m.PodReady:
+			whole = false
+			if act.Degraded == "" {
+				act.Degraded, act.DegradedMessage = ReasonReplicaNotInSync, fmt.Sprintf("replica %s is not in sync with %s", m.Name, act.Primary)
+			}
+		}
+	}
+	if len(act.Follow) > 0 || len(act.Labels) > 0 || !whole {
+		return act
+	}
+	if t, ok := byName[v.SwitchoverTo]; ok && t.Name != act.Primary && t.Ordinal < v.Replicas {
+		act.SwitchTo, act.From = t.Name, act.Primary
+		return act
+	}
+	if primary.Ordinal >= v.Replicas {
+		// A scale-down removes the primary's ordinal: hand over to a member that stays first.
+		var staying []memberState
+		for _, m := range v.Members {
+			if m.Ordinal < v.Replicas {
+				staying = append(staying, m)
+			}
+		}
+		if t, ok := bestCandidate(staying, ""); ok {
+			act.SwitchTo, act.From = t.Name, act.Primary
+			return act
+		}
+	}
+	var outdated []memberState
+	for _, m := range v.Members {
+		if v.UpdateRevision != "" && m.Revision != v.UpdateRevision {
+			outdated = append(outdated, m)
+		}
+	}
+	if len(outdated) == 0 {
+		return act
+	}
+	act.Degraded, act.DegradedMessage = ReasonRolling, fmt.Sprintf("%d members to restart on the new revision", len(outdated))
+	for i := len(outdated) - 1; i >= 0; i-- {
+		if outdated[i].Name != act.Primary {
+			act.Delete = outdated[i].Name
+			return act
+		}
+	}
+	// Only the primary is left: hand over to the updated replica with the most data first.
+	var updated []memberState
+	for _, m := range v.Members {
+		if m.Name != act.Primary && m.Revision == v.UpdateRevision && m.Ordinal < v.Replicas {
+			updated = append(updated, m)
+		}
+	}
+	if t, ok := bestCandidate(updated, ""); ok {
+		act.SwitchTo, act.From = t.Name, act.Primary
+		return act
+	}
+	act.Delete = act.Primary // a cache of one: nothing to hand over to
+	return act
+}
+
+// bestCandidate ranks the members that answer (all but exclude, unless it is the only one) and
+// returns the one with the most data.
+func bestCandidate(members []memberState, exclude string) (memberState, bool) {
+	var cands []memberState
+	var excluded *memberState
+	for i, m := range members {
+		if !m.Observed || m.Deleting {
+			continue
+		}
+		if m.Name == exclude {
+			excluded = &members[i]
+			continue
+		}
+		cands = append(cands, m)
+	}
+	if len(cands) == 0 && excluded != nil {
+		cands = append(cands, *excluded)
+	}
+	if len(cands) == 0 {
+		return memberState{}, false
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		a, b := cands[i], cands[j]
+		if (a.Repl.Keys > 0) != (b.Repl.Keys > 0) {
+			return a.Repl.Keys > 0
+		}
+		if a.Repl.Offset != b.Repl.Offset {
+			return a.Repl.Offset > b.Repl.Offset
+		}
+		if a.Repl.Keys != b.Repl.Keys {
+			return a.Repl.Keys > b.Repl.Keys
+		}
+		return a.Ordinal < b.Ordinal
+	})
+	return cands[0], true
+}
