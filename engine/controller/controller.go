@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -133,8 +134,9 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 		members: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "members"}),
-		pool:  member.NewPool(),
-		store: memberStore{views: map[string]memberView{}, memory: map[string]*roleMemory{}},
+		pool: member.NewPool(),
+		store: memberStore{views: map[string]memberView{}, memory: map[string]*roleMemory{},
+			labels: map[string]labelExpectation{}, deleted: map[string]types.UID{}},
 	}
 	// ManagedCaches: all of them. Children: only objects that carry the operator's managed-by
 	// label, so that the Services, StatefulSets, Secrets and budgets of everyone else in the

@@ -60,11 +60,60 @@ type roleMemory struct {
 	lastPrimaryOffset int64
 }
 
-// memberStore holds the member passes' views and memories, by cache key.
+// memberStore holds the member passes' views and memories, by cache key, and what the passes
+// wrote to pods that the informer may not show yet (by namespace/pod).
 type memberStore struct {
 	mu     sync.Mutex
 	views  map[string]memberView
 	memory map[string]*roleMemory
+	// labels are role labels set but perhaps not yet seen; deleted are pods (by UID) deleted but
+	// perhaps not yet seen deleting. A pass that read the informer's older copy would undo its
+	// own last step (promote the member it just demoted), so these override the informer until it
+	// catches up.
+	labels  map[string]labelExpectation
+	deleted map[string]types.UID
+}
+
+type labelExpectation struct {
+	uid   types.UID
+	label string
+	at    time.Time
+}
+
+// expectationTTL bounds how long a write not yet seen by the informer overrides it.
+const expectationTTL = 30 * time.Second
+
+func (s *memberStore) expectLabel(podKey string, uid types.UID, label string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.labels[podKey] = labelExpectation{uid: uid, label: label, at: time.Now()}
+}
+
+func (s *memberStore) expectDeleted(podKey string, uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deleted[podKey] = uid
+}
+
+// overlay applies the writes the informer has not caught up with to m, the pod podKey with uid.
+func (s *memberStore) overlay(podKey string, uid types.UID, m *memberState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.labels[podKey]; ok {
+		switch {
+		case e.uid != uid || e.label == m.Label || time.Since(e.at) > expectationTTL:
+			delete(s.labels, podKey)
+		default:
+			m.Label = e.label
+		}
+	}
+	if d, ok := s.deleted[podKey]; ok {
+		if d == uid && !m.Deleting {
+			m.Deleting = true
+		} else {
+			delete(s.deleted, podKey)
+		}
+	}
 }
 
 func (s *memberStore) view(key string) (memberView, bool) {
@@ -297,7 +346,7 @@ func (c *Controller) memberPods(ns, name string) []memberState {
 		}
 		ip, _, _ := unstructured.NestedString(p.Object, "status", "podIP")
 		m := memberState{
-			Name: p.GetName(), Ordinal: ord, IP: ip, Label: p.GetLabels()[api.LabelRole],
+			Name: p.GetName(), UID: p.GetUID(), Ordinal: ord, IP: ip, Label: p.GetLabels()[api.LabelRole],
 			Deleting: p.GetDeletionTimestamp() != nil, Revision: p.GetLabels()["controller-revision-hash"],
 		}
 		conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
@@ -306,6 +355,7 @@ func (c *Controller) memberPods(ns, name string) []memberState {
 				m.PodReady = true
 			}
 		}
+		c.store.overlay(ns+"/"+m.Name, m.UID, &m)
 		out = append(out, m)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Ordinal < out[j].Ordinal })
@@ -369,7 +419,7 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 	// before anyone is promoted, so the read-write Service never reaches two primaries.
 	for _, name := range sortedKeys(act.Labels) {
 		if act.Labels[name] == api.RoleReplica {
-			if err := c.setRole(ctx, mc.GetNamespace(), name, api.RoleReplica); err != nil {
+			if err := c.setRole(ctx, mc.GetNamespace(), byName[name], api.RoleReplica); err != nil {
 				return acted, err
 			}
 			acted = true
@@ -406,7 +456,7 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 		}
 	}
 	if l, ok := act.Labels[act.Primary]; ok && l == api.RolePrimary {
-		if err := c.setRole(ctx, mc.GetNamespace(), act.Primary, api.RolePrimary); err != nil {
+		if err := c.setRole(ctx, mc.GetNamespace(), p, api.RolePrimary); err != nil {
 			return acted, err
 		}
 		acted = true
@@ -422,7 +472,7 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 	if act.Delete != "" {
 		m := byName[act.Delete]
 		logger.Info("Restarting a member on the new revision", "member", m.Name)
-		if err := c.deletePod(ctx, mc.GetNamespace(), m.Name); err != nil {
+		if err := c.deletePod(ctx, mc.GetNamespace(), m); err != nil {
 			return acted, err
 		}
 		acted = true
@@ -438,7 +488,7 @@ func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructur
 	start := time.Now()
 	c.recorder.Eventf(mc, corev1.EventTypeNormal, "SwitchoverStarted", "Handing the primary role from %s to %s", from.Name, to.Name)
 	ns := mc.GetNamespace()
-	if err := c.setRole(ctx, ns, from.Name, api.RoleReplica); err != nil {
+	if err := c.setRole(ctx, ns, from, api.RoleReplica); err != nil {
 		return err
 	}
 	restore := func(cause error) error {
@@ -463,7 +513,7 @@ func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructur
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	if err := c.setRole(ctx, ns, to.Name, api.RolePrimary); err != nil {
+	if err := c.setRole(ctx, ns, to, api.RolePrimary); err != nil {
 		return err
 	}
 	for _, m := range members {
@@ -498,23 +548,27 @@ func (c *Controller) clearSwitchover(ctx context.Context, mc *unstructured.Unstr
 	return err
 }
 
-// setRole sets a member's role label.
-func (c *Controller) setRole(ctx context.Context, ns, pod, role string) error {
-	patch, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"labels": map[string]string{api.LabelRole: role}}})
-	_, err := c.client.Resource(podsGVR).Namespace(ns).Patch(ctx, pod, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager})
+// setRole sets a member's role label (on that very pod: the patch carries its UID).
+func (c *Controller) setRole(ctx context.Context, ns string, m memberState, role string) error {
+	patch, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{
+		"uid": m.UID, "labels": map[string]string{api.LabelRole: role}}})
+	_, err := c.client.Resource(podsGVR).Namespace(ns).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager})
 	if err != nil {
-		return fmt.Errorf("Pod/%s/%s: setting role %s: %w", ns, pod, role, err)
+		return fmt.Errorf("Pod/%s/%s: setting role %s: %w", ns, m.Name, role, err)
 	}
-	klog.FromContext(ctx).V(2).Info("Role label set", "member", pod, "role", role)
+	c.store.expectLabel(ns+"/"+m.Name, m.UID, role)
+	klog.FromContext(ctx).V(2).Info("Role label set", "member", m.Name, "role", role)
 	return nil
 }
 
 // deletePod deletes a member's pod to roll it; the StatefulSet makes it anew on the new revision.
-func (c *Controller) deletePod(ctx context.Context, ns, pod string) error {
-	err := c.client.Resource(podsGVR).Namespace(ns).Delete(ctx, pod, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("Pod/%s/%s: deleting to roll it: %w", ns, pod, err)
+// The UID precondition keeps a second pass from deleting the pod made anew.
+func (c *Controller) deletePod(ctx context.Context, ns string, m memberState) error {
+	err := c.client.Resource(podsGVR).Namespace(ns).Delete(ctx, m.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &m.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("Pod/%s/%s: deleting to roll it: %w", ns, m.Name, err)
 	}
+	c.store.expectDeleted(ns+"/"+m.Name, m.UID)
 	return nil
 }
 
@@ -533,7 +587,7 @@ func (c *Controller) syncUnobserved(ctx context.Context, mc *unstructured.Unstru
 	if primary == "" {
 		for _, m := range members {
 			if !m.Deleting {
-				if err := c.setRole(ctx, mc.GetNamespace(), m.Name, api.RolePrimary); err != nil {
+				if err := c.setRole(ctx, mc.GetNamespace(), m, api.RolePrimary); err != nil {
 					return err
 				}
 				primary = m.Name
@@ -547,7 +601,7 @@ func (c *Controller) syncUnobserved(ctx context.Context, mc *unstructured.Unstru
 	}
 	for i := len(members) - 1; i >= 0; i-- {
 		if members[i].Revision != updateRevision {
-			return c.deletePod(ctx, mc.GetNamespace(), members[i].Name)
+			return c.deletePod(ctx, mc.GetNamespace(), members[i])
 		}
 	}
 	return nil

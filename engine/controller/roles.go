@@ -2,8 +2,11 @@ package controller
 
 import (
 	"fmt"
+
 	"sort"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/member"
@@ -13,6 +16,7 @@ import (
 // and, when its server answered, its replication state.
 type memberState struct {
 	Name     string
+	UID      types.UID
 	Ordinal  int
 	IP       string
 	Label    string // the pod's role label
@@ -140,21 +144,26 @@ func decideRoles(v roleView, lastPrimaryOffset int64) roleAction {
 			}
 		}
 		waited := !v.Now.Before(v.UnhealthySince.Add(v.Delay))
+		// While the delay runs nothing moves: labels stay, so a primary that is merely slow
+		// keeps the read-write Service.
 		if from == "" && !allAnswer && !waited {
 			act.WaitUntil = v.UnhealthySince.Add(v.Delay)
 			act.Degraded, act.DegradedMessage = ReasonNoPrimary, "no primary yet; waiting for every member to answer"
-			break
+			act.Labels = map[string]string{}
+			return act
 		}
 		if from != "" && !restarted && !waited {
 			act.WaitUntil = v.UnhealthySince.Add(v.Delay)
 			act.Degraded, act.DegradedMessage = ReasonPrimaryUnreachable, fmt.Sprintf("primary %s does not answer; replaced after %v", from, v.Delay)
-			break
+			act.Labels = map[string]string{}
+			return act
 		}
 		best, ok := bestCandidate(v.Members, from)
 		if !ok {
 			act.Degraded, act.DegradedMessage = ReasonNoPrimary, "no member answers; nothing to promote"
 			act.WaitUntil = v.Now.Add(v.Delay)
-			break
+			act.Labels = map[string]string{}
+			return act
 		}
 		act.Primary, act.From = best.Name, from
 		act.Promote = !best.isPrimary()
