@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,6 +112,15 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 // KWOK nodes' pods have addresses that lead nowhere (and outside the ranges tests may target), so
 // the operator never dials them; their caches are not observed.
 const MemberNetworks = "198.18.0.0/15"
+
+// MemberIPNets is MemberNetworks parsed, for an operator wired in-process.
+func MemberIPNets() []*net.IPNet {
+	_, n, err := net.ParseCIDR(MemberNetworks)
+	if err != nil {
+		panic(err)
+	}
+	return []*net.IPNet{n}
+}
 
 // Placement annotations of a namespace whose pods run on the KWOK nodes (see
 // hack/cluster/kwok-namespace.yaml): the API server's PodNodeSelector and PodTolerationRestriction

@@ -107,8 +107,8 @@ func TestCrashConvergence(t *testing.T) {
 			per[o.GetLabels()["app.kubernetes.io/instance"]]++
 		}
 		for _, name := range names {
-			if per[name] != 1 {
-				t.Errorf("%s: %d %s children, want 1", name, per[name], kind)
+			if per[name] != ch.count {
+				t.Errorf("%s: %d %s children, want %d", name, per[name], kind, ch.count)
 			}
 		}
 	}
@@ -156,7 +156,7 @@ func TestNoOpReconcileMakesNoRequests(t *testing.T) {
 		done <- app.Run(ctx, app.Config{
 			RESTConfig: rc, OnStarted: func(c *controller.Controller) { started <- c },
 			Templates: templates.FS, QPS: 200, Burst: 400, Namespace: "cache-operator-system", Identity: "inprocess",
-			Controller: controller.Options{Render: render.DefaultConfig(), Workers: 2},
+			Controller: controller.Options{Render: render.DefaultConfig(), Workers: 2, MemberNetworks: framework.MemberIPNets()},
 			Webhook: webhook.Options{Port: 9444, Endpoint: webhook.Endpoint{URL: "https://127.0.0.1:9444"}, Namespace: "cache-operator-system",
 				SecretName: "cache-operator-webhook-tls", CertLifetime: 365 * 24 * time.Hour},
 		})

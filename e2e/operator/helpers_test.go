@@ -188,13 +188,15 @@ func waitReady(t *testing.T, c *framework.Cluster, ns, name string, want int64, 
 type child struct {
 	gvr  schema.GroupVersionResource
 	name func(cache string) string
+	// count is how many of the kind a cache has (Services: headless, read-write, read-only).
+	count int
 }
 
 var children = map[string]child{
-	"Secret":              {schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, func(n string) string { return n + "-auth" }},
-	"Service":             {schema.GroupVersionResource{Version: "v1", Resource: "services"}, func(n string) string { return n }},
-	"StatefulSet":         {schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}, func(n string) string { return n }},
-	"PodDisruptionBudget": {schema.GroupVersionResource{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}, func(n string) string { return n }},
+	"Secret":              {schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, func(n string) string { return n + "-auth" }, 1},
+	"Service":             {schema.GroupVersionResource{Version: "v1", Resource: "services"}, func(n string) string { return n }, 3},
+	"StatefulSet":         {schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}, func(n string) string { return n }, 1},
+	"PodDisruptionBudget": {schema.GroupVersionResource{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}, func(n string) string { return n }, 1},
 }
 
 func getChild(c *framework.Cluster, kind, ns, cache string) (*unstructured.Unstructured, error) {

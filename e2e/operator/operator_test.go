@@ -84,8 +84,11 @@ func TestCacheLifecycle(t *testing.T) {
 	if got := mc.GetFinalizers(); len(got) != 0 {
 		t.Errorf("finalizers %v, want none", got)
 	}
-	if ep, _, _ := unstructured.NestedString(mc.Object, "status", "endpoint"); ep != "sessions."+ns+".svc.cluster.local:6379" {
-		t.Errorf("endpoint %q", ep)
+	if ep, _, _ := unstructured.NestedString(mc.Object, "status", "endpoint"); ep != "sessions-rw."+ns+".svc.cluster.local:6379" {
+		t.Errorf("endpoint %q; want the read-write Service", ep)
+	}
+	if ep, _, _ := unstructured.NestedString(mc.Object, "status", "readEndpoint"); ep != "sessions-ro."+ns+".svc.cluster.local:6379" {
+		t.Errorf("readEndpoint %q; want the read-only Service", ep)
 	}
 	pw := password(t, c, ns, "sessions")
 
@@ -95,10 +98,11 @@ func TestCacheLifecycle(t *testing.T) {
 			header   []string
 			row      map[int]string
 		}{
-			{"managedcache", []string{"NAME", "REPLICAS", "READY", "ENGINE", "VERSION", "STATUS", "AGE", "ENDPOINT"},
-				map[int]string{1: "3", 2: "3", 3: "redis", 4: "7.4", 5: "AllReplicasReady", 7: "sessions." + ns + ".svc.cluster.local:6379"}},
-			{"managedcaches.v1.cache.example.com", []string{"NAME", "SIZE", "READY", "STATUS", "AGE", "ENDPOINT"},
-				map[int]string{1: "3", 2: "3", 3: "AllReplicasReady", 5: "sessions." + ns + ".svc.cluster.local:6379"}},
+			// Simulated members are not observed: the lowest ordinal is labelled primary.
+			{"managedcache", []string{"NAME", "REPLICAS", "READY", "ENGINE", "VERSION", "STATUS", "AGE", "ENDPOINT", "PRIMARY"},
+				map[int]string{1: "3", 2: "3", 3: "redis", 4: "7.4", 5: "AllReplicasReady", 7: "sessions-rw." + ns + ".svc.cluster.local:6379", 8: "sessions-0"}},
+			{"managedcaches.v1.cache.example.com", []string{"NAME", "SIZE", "READY", "STATUS", "AGE", "ENDPOINT", "PRIMARY"},
+				map[int]string{1: "3", 2: "3", 3: "AllReplicasReady", 5: "sessions-rw." + ns + ".svc.cluster.local:6379", 6: "sessions-0"}},
 		} {
 			out, err := c.Kubectl(ctx, "get", tc.resource, "sessions", "-n", ns, "-o", "wide")
 			if err != nil {

@@ -276,8 +276,8 @@ func TestLeaderElection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(list.Items) != n {
-			t.Errorf("%d %s children for %d caches", len(list.Items), kind, n)
+		if len(list.Items) != n*ch.count {
+			t.Errorf("%d %s children for %d caches; want %d each", len(list.Items), kind, n, ch.count)
 		}
 	}
 	// No write by the old leader after the kill; none by the follower before the takeover.

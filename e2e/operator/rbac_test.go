@@ -29,7 +29,7 @@ var unobservable = func() map[string]string {
 	}
 	// client-go 1.37 informers fill their caches with a streaming watch (WatchListClient); they
 	// fall back to a plain list on API servers that do not offer it.
-	for _, r := range []string{"cache.example.com/managedcaches", "/secrets", "/services", "apps/statefulsets", "policy/poddisruptionbudgets"} {
+	for _, r := range []string{"cache.example.com/managedcaches", "/secrets", "/services", "apps/statefulsets", "policy/poddisruptionbudgets", "/pods"} {
 		m[r+" list"] = "the informers' fallback when the API server offers no streaming list"
 	}
 	return m
@@ -144,6 +144,15 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 	framework.Eventually(t, 30*time.Second, "m's PodDisruptionBudget to allow 2 unavailable", func() (bool, string, error) {
 		out, err := c.Kubectl(ctx, "get", "poddisruptionbudget", "m", "-n", ns, "-o", "jsonpath={.spec.maxUnavailable}")
 		return out == "2", out, err
+	})
+	// A version change: the StatefulSet's updateStrategy is OnDelete, and the operator rolls the
+	// members by deleting their pods.
+	if _, err := c.Kubectl(ctx, "patch", "managedcache", "m", "-n", ns, "--type=merge", "-p", `{"spec":{"engine":{"version":"8.0"}}}`); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, "m's 5 members rolled to the new revision", func() (bool, string, error) {
+		out, err := c.Kubectl(ctx, "get", "statefulset", "m", "-n", ns, "-o", "jsonpath={.status.updatedReplicas}/{.status.readyReplicas}")
+		return out == "5/5", "updated/ready " + out, err
 	})
 	if _, err := c.Kubectl(ctx, "label", "secret", "m-auth", "-n", ns, "app.kubernetes.io/instance-"); err != nil {
 		t.Fatal(err)

@@ -123,8 +123,14 @@ func TestStorageGrowth(t *testing.T) {
 			return false, "", err
 		}
 		status, reason, _ := readyReason(mc)
+		resizing := false
 		conds, _, _ := unstructured.NestedSlice(mc.Object, "status", "conditions")
-		return len(conds) == 1 && status == "True", fmt.Sprintf("Ready %s %s, %d conditions", status, reason, len(conds)), nil
+		for _, cd := range conds {
+			if m, _ := cd.(map[string]interface{}); m["type"] == "StorageResizing" {
+				resizing = true
+			}
+		}
+		return !resizing && status == "True", fmt.Sprintf("Ready %s %s, StorageResizing present %v", status, reason, resizing), nil
 	})
 	t.Logf("storage grown from 1Gi to 2Gi on 3 members in %v", time.Since(start).Round(100*time.Millisecond))
 	if seen := stop(); len(seen) == 0 || !strings.HasPrefix(seen[0], "True/ExpandingVolumes") {

@@ -4,7 +4,8 @@
 // in time. Valkey speaks the same protocol.
 //
 // It is not for deciding roles or writing to the cluster: callers (the controller) do that. It
-// never logs, and its errors never carry the password.
+// does not log itself (the client library's own messages, such as failed dials, go to klog at
+// verbosity 4), and neither they nor its errors carry the password.
 package member
 
 import (
@@ -18,7 +19,18 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"k8s.io/klog/v2"
 )
+
+// libraryLogger sends the client library's messages to klog at verbosity 4: a member that is down
+// is the controller's to report, once, not the library's on every dial.
+type libraryLogger struct{}
+
+func (libraryLogger) Printf(_ context.Context, format string, v ...interface{}) {
+	klog.V(4).InfoS("redis client: " + fmt.Sprintf(format, v...))
+}
+
+func init() { redis.SetLogger(libraryLogger{}) }
 
 // Timeout bounds each call to a member: dial, write and read.
 const Timeout = time.Second
@@ -83,6 +95,9 @@ func (p *Pool) Client(addr, password string) *redis.Client {
 		DialTimeout: Timeout, ReadTimeout: Timeout, WriteTimeout: Timeout,
 		MaxRetries: -1, PoolSize: 1, MaxIdleConns: 1, ConnMaxIdleTime: time.Minute,
 		Protocol: 2, DisableIdentity: true,
+		// The replies read are a few hundred bytes; the library's default buffers (hundreds of
+		// KiB per connection) would cost most of a gigabyte at 3,000 members.
+		ReadBufferSize: 4096, WriteBufferSize: 4096, PipelineReadBufferSize: 4096, PipelineWriteBufferSize: 4096,
 	})
 	p.clients[addr] = pooled{c: c, password: password}
 	return c
@@ -126,20 +141,17 @@ func Observe(ctx context.Context, addr, password string) (Replication, error) {
 func ObserveWith(ctx context.Context, c *redis.Client) (Replication, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	var repl, keys *redis.StringCmd
-	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		repl = p.Info(ctx, "replication")
-		keys = p.Info(ctx, "keyspace")
-		return nil
-	})
+	// One command for both sections (INFO with several sections: Redis 7.0, Valkey): one round
+	// trip on the member's one connection.
+	info, err := c.Info(ctx, "replication", "keyspace").Result()
 	if err != nil {
 		return Replication{}, fmt.Errorf("member %s: INFO: %w", c.Options().Addr, err)
 	}
-	r, err := ParseReplication(repl.Val())
+	r, err := ParseReplication(info)
 	if err != nil {
 		return r, fmt.Errorf("member %s: %w", c.Options().Addr, err)
 	}
-	r.Keys = ParseKeys(keys.Val())
+	r.Keys = ParseKeys(info)
 	return r, nil
 }
 

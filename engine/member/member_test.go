@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // server runs a redis-server on 127.0.0.1 until the test ends; its configuration goes in on
 // standard input, so the password is on no command line.
-func server(t *testing.T, password, extra string) string {
+func server(t testing.TB, password, extra string) string {
 	t.Helper()
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -133,9 +136,10 @@ func TestRoleChangesOnRealServers(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // polling the servers, with a deadline
 		}
 	}
-	waitFor("the replica has the 10 keys", func() (bool, string) {
+	waitFor("the replica has the 10 keys and the primary counts it", func() (bool, string) {
 		r, err := ObserveWith(ctx, cb)
-		return err == nil && r.LinkUp && r.Keys == 10, fmt.Sprintf("%+v %v", r, err)
+		p, errP := ObserveWith(ctx, ca)
+		return err == nil && errP == nil && r.LinkUp && r.Keys == 10 && p.Replicas == 1, fmt.Sprintf("%+v %v; primary %+v %v", r, err, p, errP)
 	})
 
 	if err := Failover(ctx, ca, bHost, bPort, 5*time.Second); err != nil {
@@ -196,5 +200,54 @@ func TestParseKeys(t *testing.T) {
 	}
 	if n := ParseKeys("# Keyspace\r\n"); n != 0 {
 		t.Errorf("keys %d; want 0", n)
+	}
+}
+
+// BenchmarkObserve is the cost of one poll of a member (INFO replication and keyspace over a
+// pooled connection to a real redis-server on 127.0.0.1), the unit of the operator's polling
+// cost: a cache of size n costs n polls per --member-poll.
+func BenchmarkObserve(b *testing.B) {
+	const pw = "bench-password-1"
+	addr := server(b, pw, "")
+	p := NewPool()
+	defer p.Close()
+	c := p.Client(addr, pw)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := ObserveWith(ctx, c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestPoolMemoryPerMember measures the heap one pooled, connected member client holds, for the
+// cost of the pool at 1,000 caches (3,000 members).
+func TestPoolMemoryPerMember(t *testing.T) {
+	const pw = "mem-password-1"
+	addr := server(t, pw, "maxclients 2000")
+	ctx := context.Background()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	const n = 500
+	clients := make([]*redis.Client, n)
+	for i := range clients {
+		// One pool per client, so that each holds its own connection, as distinct members do.
+		clients[i] = NewPool().Client(addr, pw)
+		if _, err := ObserveWith(ctx, clients[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapInuse-before.HeapInuse) / n
+	t.Logf("one connected member client holds %.1f KiB of heap; 3,000 members (1,000 caches of 3) %.1f MiB", per/1024, per*3000/(1<<20))
+	if per > 256<<10 {
+		t.Errorf("%.0f bytes per member client; want well under 256 KiB", per)
+	}
+	for _, c := range clients {
+		c.Close()
 	}
 }
