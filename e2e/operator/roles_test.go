@@ -249,36 +249,41 @@ func errKind(s string) string {
 	return s
 }
 
-// waitSuccess waits until the writer has had a success after t0.
-func (w *writer) waitSuccess(t *testing.T, t0 time.Time, timeout time.Duration) time.Duration {
+// waitFailedThenOK waits until, after t0, a write failed and a later one succeeded, and returns
+// the time from t0 to that success: a kill is seen only once a write fails.
+func (w *writer) waitFailedThenOK(t *testing.T, t0 time.Time, timeout time.Duration) time.Duration {
 	t.Helper()
 	var d time.Duration
-	framework.Eventually(t, timeout, "writes succeeding again", func() (bool, string, error) {
+	framework.Eventually(t, timeout, "a write to fail and a later one to succeed", func() (bool, string, error) {
 		var ok bool
 		d, ok = w.recoveredAfter(t0)
-		w.mu.Lock()
-		last := ""
-		if n := len(w.events); n > 0 {
-			last = fmt.Sprintf("last write at %s ok=%v %s", w.events[n-1].at.Format("15:04:05.000"), w.events[n-1].ok, w.events[n-1].err)
-		}
-		w.mu.Unlock()
-		return ok && d > 0 || ok && w.lastOKAfter(t0), last, nil
+		return ok && d > 0, w.last(), nil
 	})
 	return d
 }
 
-func (w *writer) lastOKAfter(t0 time.Time) bool {
+// waitOK waits until a write after t0 succeeded.
+func (w *writer) waitOK(t *testing.T, t0 time.Time, timeout time.Duration) {
+	t.Helper()
+	framework.Eventually(t, timeout, "a write to succeed", func() (bool, string, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for i := len(w.events) - 1; i >= 0 && !w.events[i].at.Before(t0); i-- {
+			if w.events[i].ok {
+				return true, "", nil
+			}
+		}
+		return false, "", nil
+	})
+}
+
+func (w *writer) last() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for i := len(w.events) - 1; i >= 0; i-- {
-		if w.events[i].at.Before(t0) {
-			return false
-		}
-		if w.events[i].ok {
-			return true
-		}
+	if n := len(w.events); n > 0 {
+		return fmt.Sprintf("last write at %s ok=%v %s", w.events[n-1].at.Format("15:04:05.000"), w.events[n-1].ok, w.events[n-1].err)
 	}
-	return false
+	return "no write yet"
 }
 
 // lost returns the acknowledged writes that addr does not hold.
@@ -302,7 +307,7 @@ func (w *writer) lost(t *testing.T, addr, pw string) []int {
 		}
 		var vals []interface{}
 		err := errors.New("not tried")
-		for try := 0; try < 20 && err != nil; try++ {
+		for try := 0; try < 300 && err != nil; try++ { // up to 30 s: a handover may be under way
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			vals, err = cl.MGet(ctx, names...).Result()
 			cancel()
@@ -358,6 +363,7 @@ func TestRoutingThroughServices(t *testing.T) {
 		// From this machine: 200 connections of 50 writes each, so kube-proxy picks anew 200 times.
 		rw := net.JoinHostPort(clusterIP(t, c, ns, name+"-rw"), "6379")
 		readonly, failed := 0, 0
+		var firstErr error
 		for conn := 0; conn < 200; conn++ {
 			cl := newClient(rw, pw)
 			for i := 0; i < 50; i++ {
@@ -369,6 +375,9 @@ func TestRoutingThroughServices(t *testing.T) {
 					readonly++
 				case err != nil:
 					failed++
+					if firstErr == nil {
+						firstErr = err
+					}
 				}
 			}
 			cl.Close()
@@ -378,7 +387,7 @@ func TestRoutingThroughServices(t *testing.T) {
 		cl.Close()
 		t.Logf("size %d: 10,000 writes from this machine through %s-rw: %d READONLY, %d other errors, counter %d", n, name, readonly, failed, got)
 		if readonly != 0 || failed != 0 || got != 10000 || err != nil {
-			t.Errorf("size %d: from this machine %d READONLY, %d failed, counter %d (%v); want 0, 0, 10000", n, readonly, failed, got, err)
+			t.Errorf("size %d: from this machine %d READONLY, %d failed (first: %v), counter %d (%v); want 0, 0, 10000", n, readonly, failed, firstErr, got, err)
 		}
 
 		// From a pod (a member's container has redis-cli): 200 connections of 50 INCRs.
@@ -441,11 +450,11 @@ func runFailovers(t *testing.T, what string, rounds int, p50Target time.Duration
 	for round := 1; round <= rounds; round++ {
 		primary := waitWhole(t, c, ns, "f", 3, 3*time.Minute)
 		assertOnePrimary(t, c, ns, "f", pw, fmt.Sprintf("%s round %d: before", what, round))
-		w.waitSuccess(t, time.Now(), time.Minute)
+		w.waitOK(t, time.Now(), time.Minute)
 		before := len(w.lost(t, rw, pw))
 		t0 := time.Now()
 		kill(t, c, primary)
-		d := w.waitSuccess(t, t0, 2*time.Minute)
+		d := w.waitFailedThenOK(t, t0, 2*time.Minute)
 		times = append(times, d)
 		newPrimary := statusPrimary(t, c, ns, "f")
 		assertOnePrimary(t, c, ns, "f", pw, fmt.Sprintf("%s round %d: after the failover", what, round))
@@ -558,7 +567,7 @@ func TestVersionChangeAndSwitchover(t *testing.T) {
 	pw := password(t, c, ns, "v")
 	rw := net.JoinHostPort(clusterIP(t, c, ns, "v-rw"), "6379")
 	w := startWriter(t, rw, pw, 2_000_000, 10*time.Minute)
-	w.waitSuccess(t, time.Now(), time.Minute)
+	w.waitOK(t, time.Now(), time.Minute)
 
 	uids := map[string]types.UID{}
 	for _, p := range memberPods(t, c, ns, "v") {

@@ -150,8 +150,8 @@ func (s *memberStore) forget(key string) {
 	delete(s.memory, key)
 }
 
-// podTransform keeps what a member pass reads of a pod: name, labels, owner, deletion, node, IP
-// and the Ready condition. Pods are the largest objects the operator watches; the rest is never
+// podTransform keeps what a member pass reads of a pod: name, labels, owner, deletion, node, IP,
+// the Ready condition and whether its containers run (status.running, a field of this cache only). Pods are the largest objects the operator watches; the rest is never
 // read.
 func podTransform(obj interface{}) (interface{}, error) {
 	u, ok := obj.(*unstructured.Unstructured)
@@ -174,6 +174,17 @@ func podTransform(obj interface{}) (interface{}, error) {
 			status["conditions"] = []interface{}{map[string]interface{}{"type": m["type"], "status": m["status"]}}
 		}
 	}
+	// running: every container runs (false while one has exited or waits to restart).
+	statuses, _, _ := unstructured.NestedSlice(u.Object, "status", "containerStatuses")
+	running := len(statuses) > 0
+	for _, cs := range statuses {
+		if m, ok := cs.(map[string]interface{}); ok {
+			if _, ok := m["state"].(map[string]interface{})["running"]; !ok {
+				running = false
+			}
+		}
+	}
+	status["running"] = running
 	out := &unstructured.Unstructured{Object: map[string]interface{}{
 		"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": md, "status": status,
 	}}
@@ -290,7 +301,7 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	now := time.Now()
 	healthy := false
 	for _, m := range members {
-		if m.Label == api.RolePrimary && m.isPrimary() && m.PodReady && !m.Deleting {
+		if m.Label == api.RolePrimary && m.isPrimary() && !m.Deleting {
 			healthy = true
 			mem.lastPrimary, mem.lastPrimaryOffset = m.Name, m.Repl.Offset
 		}
@@ -349,6 +360,8 @@ func (c *Controller) memberPods(ns, name string) []memberState {
 			Name: p.GetName(), UID: p.GetUID(), Ordinal: ord, IP: ip, Label: p.GetLabels()[api.LabelRole],
 			Deleting: p.GetDeletionTimestamp() != nil, Revision: p.GetLabels()["controller-revision-hash"],
 		}
+		running, found, _ := unstructured.NestedBool(p.Object, "status", "running")
+		m.Stopped = found && !running && ip != ""
 		conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
 		for _, cd := range conds {
 			if cm, ok := cd.(map[string]interface{}); ok && cm["type"] == string(corev1.PodReady) && cm["status"] == string(corev1.ConditionTrue) {
@@ -429,8 +442,13 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 	if act.Promote {
 		start := mem.unhealthySince
 		if act.From != "" {
-			c.recorder.Eventf(mc, corev1.EventTypeWarning, "FailoverStarted",
-				"Primary %s is gone; promoting %s (the member with the most data), losing %d bytes of replication lag", act.From, act.Primary, act.LostBytes)
+			if act.From == act.Primary {
+				c.recorder.Eventf(mc, corev1.EventTypeWarning, "FailoverStarted",
+					"Primary %s restarted and no other member can take over; promoting it again", act.From)
+			} else {
+				c.recorder.Eventf(mc, corev1.EventTypeWarning, "FailoverStarted",
+					"Primary %s is gone; promoting %s (the member with the most data), losing %d bytes of replication lag", act.From, act.Primary, act.LostBytes)
+			}
 			logger.Info("Failover", "from", act.From, "to", act.Primary, "lostBytes", act.LostBytes)
 			// A former primary that still answers as master is paused before the promotion: the
 			// writes it would take through old connections could not reach the new primary.

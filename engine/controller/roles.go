@@ -21,6 +21,8 @@ type memberState struct {
 	IP       string
 	Label    string // the pod's role label
 	PodReady bool
+	// Stopped: the pod's server container is not running (it exited, or waits to restart).
+	Stopped  bool
 	Deleting bool
 	Revision string // the pod's controller-revision-hash
 	Observed bool   // its server answered (Repl is valid)
@@ -87,8 +89,9 @@ const (
 //
 // The rules:
 //   - The primary is the member labelled primary whose server reports master. A labelled member
-//     whose server reports replica has restarted (members always start as replicas): it is gone
-//     at once. One that does not answer, or whose pod is not ready, is gone after Delay.
+//     whose server reports replica has restarted (members always start as replicas), and one
+//     whose container is not running or whose pod is being deleted is down: either is gone at
+//     once. One that does not answer is gone after Delay.
 //   - A gone primary is replaced by the member with the most data: members holding keys before
 //     empty ones (an empty restart never wins while another member holds data), then the highest
 //     replication offset, then the most keys, then the lowest ordinal.
@@ -117,15 +120,13 @@ func decideRoles(v roleView, lastPrimaryOffset int64) roleAction {
 			break
 		}
 	}
-	healthy := primary != nil && primary.PodReady
+	// The operator's own reading of the server is the test of health: the pod's readiness probe
+	// says the same later (a primary is ready when it answers), and a node that stops reporting
+	// leaves its pods Ready for a while.
+	healthy := primary != nil
 	switch {
 	case healthy:
 		act.Primary = primary.Name
-	case primary != nil && v.Now.Before(v.UnhealthySince.Add(v.Delay)):
-		// Answering as master but its pod is not ready: keep it while the delay runs.
-		act.Primary = primary.Name
-		act.WaitUntil = v.UnhealthySince.Add(v.Delay)
-		act.Degraded, act.DegradedMessage = ReasonPrimaryUnreachable, fmt.Sprintf("primary %s is not ready; replaced after %v", primary.Name, v.Delay)
 	default:
 		// No healthy primary. A labelled member that answers as a replica restarted: it is gone
 		// now. Otherwise wait out the delay (a member that does not answer may be busy).
@@ -133,8 +134,10 @@ func decideRoles(v roleView, lastPrimaryOffset int64) roleAction {
 		from := ""
 		for _, m := range labelled {
 			from = m.Name
-			if m.Deleting || (m.Observed && m.Repl.Role == member.Replica) {
-				restarted = true // a deleted pod does not come back with its server as it was
+			if m.Deleting || m.Stopped || (m.Observed && m.Repl.Role == member.Replica) {
+				// Gone for sure, not merely slow: a deleted pod, a server that is not running,
+				// or one that restarted (members start as replicas).
+				restarted = true
 			}
 		}
 		allAnswer := true

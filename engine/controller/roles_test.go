@@ -75,6 +75,22 @@ func TestDecideRoles(t *testing.T) {
 			members: []memberState{m(0, "primary", nil), m(1, "replica", replicaOf(rw, 500, 0, false)), m(2, "replica", replicaOf(p0, 40, 3, false))},
 			since:   now.Add(-4 * time.Second),
 			wantPrim: "c-2", promote: true, follow: []string{"c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"}, degraded: ReasonFailingOver},
+		{name: "primary's container stopped (not yet restarted): replaced at once",
+			members: func() []memberState {
+				a := m(0, "primary", nil)
+				a.Stopped = true
+				return []memberState{a, m(1, "replica", replicaOf(p0, 90, 5, false))}
+			}(),
+			since:    now,
+			wantPrim: "c-1", promote: true, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: ReasonFailingOver},
+		{name: "primary answering but its pod not ready: it stays (the operator's own reading decides)",
+			members: func() []memberState {
+				a := m(0, "primary", primaryRepl(100, 5))
+				a.PodReady = false
+				return []memberState{a, m(1, "replica", replicaOf(p0, 100, 5, true))}
+			}(),
+			since:    now.Add(-time.Minute),
+			wantPrim: "c-0", labels: map[string]string{}},
 		{name: "primary unreachable within the delay: wait",
 			members: []memberState{m(0, "primary", nil), m(1, "replica", replicaOf(p0, 90, 5, false))},
 			since:   now.Add(-time.Second), labels: map[string]string{}, degraded: ReasonPrimaryUnreachable},
