@@ -241,7 +241,7 @@ func (w *writer) failedTime() (time.Duration, map[string]int) {
 }
 
 func errKind(s string) string {
-	for _, k := range []string{"READONLY", "refused", "timeout", "LOADING", "MASTERDOWN"} {
+	for _, k := range []string{"READONLY", "refused", "reset", "timeout", "LOADING", "MASTERDOWN"} {
 		if strings.Contains(s, k) {
 			return k
 		}

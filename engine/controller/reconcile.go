@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"example.com/cache-operator/engine/api"
@@ -83,6 +85,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 				// Being replaced to grow its volumes: its pods run on, and status reads the old one.
 				sts, _ = c.child(statefulSetGVK, want.GetNamespace(), want.GetName())
 				continue
+			}
+			if prepErr == nil {
+				prepErr = c.prepareUpdateStrategy(ctx, want)
 			}
 		}
 		live, outcome, err := c.syncUnlessFailed(ctx, mc, want, prepErr)
@@ -268,4 +273,35 @@ func splitKey(key string) (string, string, error) {
 		return "", "", fmt.Errorf("key %q is not namespace/name", key)
 	}
 	return parts[0], parts[1], nil
+}
+
+// prepareUpdateStrategy changes the type of a live StatefulSet's update strategy when want has
+// another, with a JSON patch that replaces the whole strategy. An apply cannot do it: the API
+// server filled in rollingUpdate when the type was RollingUpdate, and rollingUpdate is invalid
+// with any other type, so an apply of type OnDelete alone is refused (StatefulSets made before
+// members had roles roll with RollingUpdate; the operator now rolls them itself, OnDelete).
+func (c *Controller) prepareUpdateStrategy(ctx context.Context, want *unstructured.Unstructured) error {
+	live, err := c.child(statefulSetGVK, want.GetNamespace(), want.GetName())
+	if err != nil || live == nil {
+		return err
+	}
+	wantType, _, _ := unstructured.NestedString(want.Object, "spec", "updateStrategy", "type")
+	liveType, _, _ := unstructured.NestedString(live.Object, "spec", "updateStrategy", "type")
+	if wantType == "" || wantType == liveType {
+		return nil
+	}
+	strategy, _, _ := unstructured.NestedMap(want.Object, "spec", "updateStrategy")
+	patch, err := json.Marshal([]map[string]interface{}{
+		{"op": "test", "path": "/metadata/uid", "value": live.GetUID()},
+		{"op": "replace", "path": "/spec/updateStrategy", "value": strategy},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = c.client.Resource(statefulSetResource).Namespace(live.GetNamespace()).Patch(ctx, live.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager})
+	if err != nil {
+		return ssa.Errorf(want, "changing the update strategy from %s to %s: %w", liveType, wantType, err)
+	}
+	klog.FromContext(ctx).Info("Changed the StatefulSet's update strategy", "from", liveType, "to", wantType)
+	return nil
 }
