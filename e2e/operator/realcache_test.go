@@ -44,7 +44,7 @@ func serverProcess(pod *corev1.Pod) string {
 }
 
 // TestCacheOnRealNodes: the operator's cache is three real redis-server processes that demand the
-// Secret's password and replicate from member 0.
+// Secret's password and replicate from the primary the operator chose (status.primary).
 func TestCacheOnRealNodes(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
@@ -87,22 +87,35 @@ func TestCacheOnRealNodes(t *testing.T) {
 	}
 
 	pw := password(t, c, ns, "sessions")
+	primaryName := statusPrimary(t, c, ns, "sessions")
+	var primary *corev1.Pod
+	var replicas []*corev1.Pod
+	for _, p := range pods {
+		if p.Name == primaryName {
+			primary = p
+		} else {
+			replicas = append(replicas, p)
+		}
+	}
+	if primary == nil || len(replicas) != 2 {
+		t.Fatalf("status.primary %q is not one of the three members", primaryName)
+	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if out, _ := redisCLI(cctx, pods[0].Status.PodIP, "", "ping"); !strings.Contains(out, "NOAUTH") {
+	if out, _ := redisCLI(cctx, primary.Status.PodIP, "", "ping"); !strings.Contains(out, "NOAUTH") {
 		t.Errorf("ping without a password: want NOAUTH, got %q", out)
 	}
-	if out, _ := redisCLI(cctx, pods[0].Status.PodIP, "not-the-password", "ping"); !strings.Contains(out, "WRONGPASS") {
+	if out, _ := redisCLI(cctx, primary.Status.PodIP, "not-the-password", "ping"); !strings.Contains(out, "WRONGPASS") {
 		t.Errorf("ping with a wrong password: want WRONGPASS, got %q", out)
 	}
-	if out, err := redisCLI(cctx, pods[0].Status.PodIP, pw, "ping"); out != "PONG" {
+	if out, err := redisCLI(cctx, primary.Status.PodIP, pw, "ping"); out != "PONG" {
 		t.Fatalf("ping with the Secret's password: %q %v", out, err)
 	}
 	value := fmt.Sprintf("written-%d", time.Now().UnixNano())
-	if out, err := redisCLI(cctx, pods[0].Status.PodIP, pw, "set", "e2e:key", value); out != "OK" {
-		t.Fatalf("SET on sessions-0: %q %v", out, err)
+	if out, err := redisCLI(cctx, primary.Status.PodIP, pw, "set", "e2e:key", value); out != "OK" {
+		t.Fatalf("SET on the primary %s: %q %v", primary.Name, out, err)
 	}
-	for _, p := range pods[1:] {
+	for _, p := range replicas {
 		framework.Eventually(t, 30*time.Second, "the key replicated to "+p.Name, func() (bool, string, error) {
 			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
@@ -133,7 +146,11 @@ func TestStaleReplicaIsNotReady(t *testing.T) {
 	createCache(t, c, ns, "s", map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(1)})
 	waitReady(t, c, ns, "s", 3, 3*time.Minute)
 	pw := password(t, c, ns, "s")
-	replica, err := c.Kube.CoreV1().Pods(ns).Get(ctx, "s-2", metav1.GetOptions{})
+	replicaName := "s-2"
+	if statusPrimary(t, c, ns, "s") == replicaName {
+		replicaName = "s-1"
+	}
+	replica, err := c.Kube.CoreV1().Pods(ns).Get(ctx, replicaName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,8 +167,8 @@ func TestStaleReplicaIsNotReady(t *testing.T) {
 	cli("config", "set", "masterauth", "not-the-password")
 	cli("client", "kill", "type", "master")
 	broke := time.Now()
-	framework.Eventually(t, time.Minute, "s-2 unready with its link down, the cache counting 2 members", func() (bool, string, error) {
-		p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, "s-2", metav1.GetOptions{})
+	framework.Eventually(t, time.Minute, replicaName+" unready with its link down, the cache counting 2 members", func() (bool, string, error) {
+		p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, replicaName, metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
 		}
@@ -169,8 +186,8 @@ func TestStaleReplicaIsNotReady(t *testing.T) {
 		t.Errorf("the stale replica answers PING with %q; the point is that PING alone says nothing", out)
 	}
 	cli("config", "set", "masterauth", pw)
-	framework.Eventually(t, time.Minute, "s-2 Ready again once its link is up", func() (bool, string, error) {
-		p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, "s-2", metav1.GetOptions{})
+	framework.Eventually(t, time.Minute, replicaName+" Ready again once its link is up", func() (bool, string, error) {
+		p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, replicaName, metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
 		}
