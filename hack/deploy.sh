@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # make deploy: deploys the operator into the cluster of $KUBECONFIG (the local one by default) with
-# `kubectl apply --server-side -k manifests/`, then waits until both replicas are Ready.
+# `kubectl apply --server-side -k hack/deploy-local` (manifests/ plus --member-networks for the
+# local cluster's real pod range), then waits until both replicas are Ready. On your own cluster,
+# apply manifests/ itself.
 #
 # On a fresh cluster that is the whole story. A cluster where an operator ran outside it with its
 # own webhook address (`--webhook-url`) has that URL in the CRD's conversion config, owned by the
