@@ -610,12 +610,11 @@ func TestVersionChangeAndSwitchover(t *testing.T) {
 		t.Errorf("writes failed for %v during the version change; target <= 2s", failed)
 	}
 
-	// A switchover by annotation, to a replica.
-	target := ""
-	for _, p := range memberPods(t, c, ns, "v") {
-		if p.Name != after.Name {
-			target = p.Name
-		}
+	// A switchover by annotation, to a replica: v-2 (then a scale-down to 2 removes the primary's
+	// ordinal), or v-0 if v-2 is the primary already.
+	target := "v-2"
+	if after.Name == target {
+		target = "v-0"
 	}
 	failedBefore, _ := w.failedTime()
 	t0 := time.Now()
@@ -635,13 +634,32 @@ func TestVersionChangeAndSwitchover(t *testing.T) {
 	switched := time.Since(t0)
 	waitWhole(t, c, ns, "v", 3, 3*time.Minute)
 	assertOnePrimary(t, c, ns, "v", pw, "the switchover")
-	w.halt()
 	failedAfter, _ := w.failedTime()
+	t.Logf("switchover %s -> %s by annotation: done in %v, writes failed for %v",
+		after.Name, target, switched.Round(10*time.Millisecond), (failedAfter - failedBefore).Round(10*time.Millisecond))
+
+	// A scale-down that removes the primary's ordinal hands over first.
+	if target == "v-2" {
+		t1 := time.Now()
+		if _, err := c.Kubectl(ctx, "scale", "managedcache", "v", "-n", ns, "--replicas=2"); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 2*time.Minute, "v at 2 members with a primary among them", func() (bool, string, error) {
+			pods := memberPods(t, c, ns, "v")
+			p := statusPrimary(t, c, ns, "v")
+			assertOnePrimary(t, c, ns, "v", pw, "a step of the scale-down")
+			return len(pods) == 2 && (p == "v-0" || p == "v-1"), fmt.Sprintf("%d pods, primary %q", len(pods), p), nil
+		})
+		waitWhole(t, c, ns, "v", 2, 2*time.Minute)
+		failedScale, _ := w.failedTime()
+		t.Logf("scale-down 3 -> 2 removing the primary v-2: handed over to %s, done in %v, writes failed for %v",
+			statusPrimary(t, c, ns, "v"), time.Since(t1).Round(100*time.Millisecond), (failedScale - failedAfter).Round(10*time.Millisecond))
+	}
+	w.halt()
 	lost := w.lost(t, rw, pw)
-	t.Logf("switchover %s -> %s by annotation: done in %v, writes failed for %v; acknowledged writes lost over both: %d of %d",
-		after.Name, target, switched.Round(10*time.Millisecond), (failedAfter - failedBefore).Round(10*time.Millisecond), len(lost), len(w.acked))
+	t.Logf("acknowledged writes lost over the roll, the switchover and the scale-down: %d of %d", len(lost), len(w.acked))
 	if len(lost) != 0 {
-		t.Errorf("%d acknowledged writes lost in a planned roll and switchover (first %v)", len(lost), lost[:min(5, len(lost))])
+		t.Errorf("%d acknowledged writes lost in planned changes (first %v)", len(lost), lost[:min(5, len(lost))])
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,6 +74,12 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		return c.writeStatus(ctx, mc, invalidStatus(mc, ReasonRenderFailed, err.Error()))
 	}
 	sortForApply(desired)
+	view, viewOK := c.store.view(key)
+	for _, want := range desired {
+		if want.GroupVersionKind() == statefulSetGVK {
+			holdScaleDown(want, spec.Replicas, mc.GetName(), view.Primary)
+		}
+	}
 
 	var failReason, failMessage string
 	var retry error
@@ -116,7 +123,6 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		}
 	}
 	c.members.Add(key) // the member pass follows what this reconcile wrote
-	view, viewOK := c.store.view(key)
 	if err := c.writeStatus(ctx, mc, newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, storage.condition, view, viewOK, failReason, failMessage)); err != nil {
 		return errors.Join(retry, err)
 	}
@@ -304,4 +310,14 @@ func (c *Controller) prepareUpdateStrategy(ctx context.Context, want *unstructur
 	}
 	klog.FromContext(ctx).Info("Changed the StatefulSet's update strategy", "from", liveType, "to", wantType)
 	return nil
+}
+
+// holdScaleDown keeps a StatefulSet at the primary's ordinal + 1 while a scale-down would remove the
+// primary: the member pass hands the role to a member that stays, and then the scale-down lands.
+func holdScaleDown(sts *unstructured.Unstructured, replicas int64, cacheName, primary string) {
+	ord, err := strconv.ParseInt(strings.TrimPrefix(primary, cacheName+"-"), 10, 64)
+	if primary == "" || err != nil || ord < replicas {
+		return
+	}
+	_ = unstructured.SetNestedField(sts.Object, ord+1, "spec", "replicas")
 }

@@ -2,8 +2,11 @@ package controller
 
 import (
 	"reflect"
+
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/member"
@@ -68,12 +71,12 @@ func TestDecideRoles(t *testing.T) {
 			wantPrim: "c-2", promote: true, follow: []string{"c-0", "c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"},
 			degraded: ReasonFailingOver, lostBytes: 20},
 		{name: "primary restarted empty, replicas hold data: an empty member never wins",
-			members: []memberState{m(0, "primary", replicaOf(rw, 0, 0, false)), m(1, "replica", replicaOf(p0, 50, 7, false))},
-			since:   now,
+			members:  []memberState{m(0, "primary", replicaOf(rw, 0, 0, false)), m(1, "replica", replicaOf(p0, 50, 7, false))},
+			since:    now,
 			wantPrim: "c-1", promote: true, follow: []string{"c-0"}, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: ReasonFailingOver},
 		{name: "a replica that restarted empty and has the highest offset loses to one with data",
-			members: []memberState{m(0, "primary", nil), m(1, "replica", replicaOf(rw, 500, 0, false)), m(2, "replica", replicaOf(p0, 40, 3, false))},
-			since:   now.Add(-4 * time.Second),
+			members:  []memberState{m(0, "primary", nil), m(1, "replica", replicaOf(rw, 500, 0, false)), m(2, "replica", replicaOf(p0, 40, 3, false))},
+			since:    now.Add(-4 * time.Second),
 			wantPrim: "c-2", promote: true, follow: []string{"c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"}, degraded: ReasonFailingOver},
 		{name: "primary's container stopped (not yet restarted): replaced at once",
 			members: func() []memberState {
@@ -95,12 +98,12 @@ func TestDecideRoles(t *testing.T) {
 			members: []memberState{m(0, "primary", nil), m(1, "replica", replicaOf(p0, 90, 5, false))},
 			since:   now.Add(-time.Second), labels: map[string]string{}, degraded: ReasonPrimaryUnreachable},
 		{name: "primary unreachable past the delay: fail over; its label goes even though it cannot be told",
-			members: []memberState{m(0, "primary", nil), m(1, "replica", replicaOf(p0, 90, 5, false))},
-			since:   now.Add(-3 * time.Second),
+			members:  []memberState{m(0, "primary", nil), m(1, "replica", replicaOf(p0, 90, 5, false))},
+			since:    now.Add(-3 * time.Second),
 			wantPrim: "c-1", promote: true, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: ReasonFailingOver},
 		{name: "a cache of one whose member restarted: it is promoted again",
-			members: []memberState{m(0, "primary", replicaOf(rw, 0, 5, false))},
-			since:   now,
+			members:  []memberState{m(0, "primary", replicaOf(rw, 0, 5, false))},
+			since:    now,
 			wantPrim: "c-0", promote: true, labels: map[string]string{}, degraded: ReasonFailingOver},
 		{name: "a stray master is demoted to follow the primary",
 			members:  []memberState{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", primaryRepl(3, 0))},
@@ -156,6 +159,22 @@ func TestRoundLag(t *testing.T) {
 	for lag, want := range map[int64]int64{-5: 0, 0: 0, 1<<20 - 1: 0, 1 << 20: 1 << 20, 3 << 20: 2 << 20, 5 << 30: 4 << 30} {
 		if got := roundLag(lag); got != want {
 			t.Errorf("roundLag(%d) = %d; want %d", lag, got, want)
+		}
+	}
+}
+
+func TestHoldScaleDown(t *testing.T) {
+	for _, tc := range []struct {
+		primary  string
+		replicas int64
+		want     int64
+	}{
+		{"c-2", 2, 3}, {"c-4", 2, 5}, {"c-1", 2, 2}, {"", 2, 2}, {"other-9", 2, 2},
+	} {
+		sts := &unstructured.Unstructured{Object: map[string]interface{}{"spec": map[string]interface{}{"replicas": tc.replicas}}}
+		holdScaleDown(sts, tc.replicas, "c", tc.primary)
+		if got, _, _ := unstructured.NestedInt64(sts.Object, "spec", "replicas"); got != tc.want {
+			t.Errorf("primary %q, %d wanted: StatefulSet replicas %d; want %d", tc.primary, tc.replicas, got, tc.want)
 		}
 	}
 }
