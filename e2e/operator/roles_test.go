@@ -415,6 +415,14 @@ func TestRoutingThroughServices(t *testing.T) {
 		}
 		assertOnePrimary(t, c, ns, name, pw, "routing")
 	}
+	// Idle and healthy: members polled every second, and not one API write in 10 s.
+	idle := time.Now()
+	time.Sleep(10 * time.Second) // an observation window, not synchronisation
+	if w := operatorWrites(t, c, ns, idle); len(w) != 0 {
+		t.Errorf("the operator wrote while three healthy caches were idle: %v", w)
+	} else {
+		t.Logf("3 idle healthy caches (9 members): 0 API writes by the operator in 10 s")
+	}
 }
 
 // TestFailoverAfterCrash: with a steady writer, the primary's container is SIGKILLed 10 times; a
