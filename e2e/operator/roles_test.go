@@ -337,7 +337,7 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return s[i]
 }
 
-// TestRoutingThroughServices: at sizes 1, 3 and 5, writes through the read-write Service's
+// TestRoutingThroughServices: at sizes 1, 3 (valkey) and 5, writes through the read-write Service's
 // ClusterIP, from this machine and from a pod, never meet a replica (0 READONLY in 10,000 each),
 // the read-only Service reaches replicas only, and kubectl shows the primary.
 func TestRoutingThroughServices(t *testing.T) {
@@ -348,7 +348,19 @@ func TestRoutingThroughServices(t *testing.T) {
 	deleteCachesOnCleanup(t, c, ns)
 	sizes := []int64{1, 3, 5}
 	for _, n := range sizes {
-		createCache(t, c, ns, fmt.Sprintf("r%d", n), map[string]interface{}{"size": n, "version": "7.4", "storageGi": int64(1)})
+		// Size 3 runs engine valkey: the same protocol, the same roles.
+		engine := map[string]interface{}{"name": "redis", "version": "7.4"}
+		if n == 3 {
+			engine = map[string]interface{}{"name": "valkey", "version": "8.0"}
+		}
+		mc := &unstructured.Unstructured{Object: map[string]interface{}{
+			"apiVersion": "cache.example.com/v2", "kind": "ManagedCache",
+			"metadata": map[string]interface{}{"name": fmt.Sprintf("r%d", n), "namespace": ns},
+			"spec":     map[string]interface{}{"replicas": n, "engine": engine, "storage": map[string]interface{}{"size": "1Gi"}},
+		}}
+		if _, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Create(ctx, mc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, n := range sizes {
 		name := fmt.Sprintf("r%d", n)
