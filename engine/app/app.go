@@ -184,11 +184,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		ctrl.RunWorkers(ctx)
 		return nil
 	}
-	return runElected(ctx, cfg, kube, ctrl, fenced)
+	return runElected(ctx, cfg, kube, ctrl, hooks, fenced)
 }
 
 // runElected reconciles while this replica holds the lease.
-func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, ctrl *controller.Controller, fenced *fence) error {
+func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, ctrl *controller.Controller, hooks *webhook.Server, fenced *fence) error {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: LeaseName},
 		Client:     kube.CoordinationV1(),
@@ -214,6 +214,9 @@ func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, ctrl
 			OnStartedLeading: func(leaderCtx context.Context) {
 				leading.Store(true)
 				klog.InfoS("Became the leader; reconciling", "identity", cfg.Identity, "lease", klog.KRef(cfg.Namespace, LeaseName))
+				if err := hooks.Sync(leaderCtx); err != nil {
+					klog.ErrorS(err, "Registering this replica's webhooks on taking the lead failed; the periodic check retries")
+				}
 				workCtx, stop := context.WithCancel(ctx)
 				defer stop()
 				go func() {

@@ -119,6 +119,11 @@ func (s *Server) sync(ctx context.Context) error {
 	return register(ctx, s.kube, s.dyn, s.opts.Endpoint, s.certs.caBundle())
 }
 
+// Sync ensures the certificates and registrations now. The leader calls it when it takes over:
+// replicas that run outside the cluster register different addresses, and the conversion
+// webhook must reach one that serves, so the leader's wins while it leads.
+func (s *Server) Sync(ctx context.Context) error { return s.sync(ctx) }
+
 // Run serves until ctx ends. It retries the first certificate and registration until they work.
 func (s *Server) Run(ctx context.Context) error {
 	for {
