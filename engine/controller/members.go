@@ -56,7 +56,6 @@ type memberStatus struct {
 // roleMemory is what a member pass keeps of a cache between passes.
 type roleMemory struct {
 	unhealthySince    time.Time
-	lastPrimary       string
 	lastPrimaryOffset int64
 }
 
@@ -299,15 +298,8 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 
 	mem := c.store.mem(key)
 	now := time.Now()
-	healthy := false
-	for _, m := range members {
-		if m.Label == api.RolePrimary && m.isPrimary() && !m.Deleting {
-			healthy = true
-			mem.lastPrimary, mem.lastPrimaryOffset = m.Name, m.Repl.Offset
-		}
-	}
-	if healthy {
-		mem.unhealthySince = time.Time{}
+	if p := healthyPrimary(members); p != nil {
+		mem.unhealthySince, mem.lastPrimaryOffset = time.Time{}, p.Repl.Offset
 	} else if mem.unhealthySince.IsZero() {
 		mem.unhealthySince = now
 	}
@@ -317,7 +309,7 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		Replicas: int(spec.Replicas),
 	}
 	act := decideRoles(v, mem.lastPrimaryOffset)
-	acted, err := c.act(ctx, mc, members, act, mem)
+	acted, err := c.act(ctx, mc, members, act, mem, password)
 	c.publish(key, observedView(members, act))
 	if err != nil {
 		return 0, err
@@ -351,8 +343,8 @@ func (c *Controller) memberPods(ns, name string) []memberState {
 		if ref == nil || ref.Kind != "StatefulSet" || ref.Name != name {
 			continue
 		}
-		ord, err := strconv.Atoi(strings.TrimPrefix(p.GetName(), name+"-"))
-		if err != nil || p.GetName() != name+"-"+strconv.Itoa(ord) {
+		ord, ok := ordinalOf(name, p.GetName())
+		if !ok {
 			continue
 		}
 		ip, _, _ := unstructured.NestedString(p.Object, "status", "podIP")
@@ -414,13 +406,11 @@ func (c *Controller) observe(ctx context.Context, members []memberState, passwor
 func (c *Controller) addr(ip string) string { return net.JoinHostPort(ip, strconv.Itoa(api.Port)) }
 
 // act carries out a decision. It reports whether it changed anything.
-func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, members []memberState, act roleAction, mem *roleMemory) (bool, error) {
+func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, members []memberState, act roleAction, mem *roleMemory, password string) (bool, error) {
 	byName := map[string]memberState{}
 	for _, m := range members {
 		byName[m.Name] = m
 	}
-	secret, _ := c.child(secretGVK, mc.GetNamespace(), api.SecretName(mc.GetName()))
-	password := passwordFrom(secret)
 	client := func(m memberState) *redis.Client { return c.pool.Client(c.addr(m.IP), password) }
 	logger := klog.FromContext(ctx)
 

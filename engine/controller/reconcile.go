@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -315,9 +314,7 @@ func (c *Controller) prepareUpdateStrategy(ctx context.Context, want *unstructur
 // holdScaleDown keeps a StatefulSet at the primary's ordinal + 1 while a scale-down would remove the
 // primary: the member pass hands the role to a member that stays, and then the scale-down lands.
 func holdScaleDown(sts *unstructured.Unstructured, replicas int64, cacheName, primary string) {
-	ord, err := strconv.ParseInt(strings.TrimPrefix(primary, cacheName+"-"), 10, 64)
-	if primary == "" || err != nil || ord < replicas {
-		return
+	if ord, ok := ordinalOf(cacheName, primary); ok && int64(ord) >= replicas {
+		_ = unstructured.SetNestedField(sts.Object, int64(ord)+1, "spec", "replicas")
 	}
-	_ = unstructured.SetNestedField(sts.Object, ord+1, "spec", "replicas")
 }

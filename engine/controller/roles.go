@@ -2,6 +2,8 @@ package controller
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"sort"
 	"time"
@@ -30,6 +32,24 @@ type memberState struct {
 }
 
 func (m memberState) isPrimary() bool { return m.Observed && m.Repl.Role == member.Primary }
+
+// healthyPrimary returns the current primary: a member labelled primary whose server says master
+// and whose pod is not being deleted (the first by ordinal if somehow several are; the others are
+// fenced). Nil when there is none.
+func healthyPrimary(members []memberState) *memberState {
+	for i := range members {
+		if m := members[i]; m.Label == api.RolePrimary && m.isPrimary() && !m.Deleting {
+			return &members[i]
+		}
+	}
+	return nil
+}
+
+// ordinalOf returns the ordinal of a StatefulSet member named <cacheName>-<ordinal>.
+func ordinalOf(cacheName, pod string) (int, bool) {
+	ord, err := strconv.Atoi(strings.TrimPrefix(pod, cacheName+"-"))
+	return ord, err == nil && pod == cacheName+"-"+strconv.Itoa(ord)
+}
 
 // roleView is what decideRoles works from.
 type roleView struct {
@@ -111,15 +131,7 @@ func decideRoles(v roleView, lastPrimaryOffset int64) roleAction {
 			labelled = append(labelled, m)
 		}
 	}
-	// The current primary: a labelled member whose server says master (the first by ordinal if
-	// somehow several do; the others are fenced below).
-	var primary *memberState
-	for i := range labelled {
-		if labelled[i].isPrimary() && !labelled[i].Deleting {
-			primary = &labelled[i]
-			break
-		}
-	}
+	primary := healthyPrimary(v.Members)
 	// The operator's own reading of the server is the test of health: the pod's readiness probe
 	// says the same later (a primary is ready when it answers), and a node that stops reporting
 	// leaves its pods Ready for a while.

@@ -25,7 +25,6 @@ const (
 	ReasonWaitingForReplicas = "WaitingForReplicas"
 	ReasonInvalidSpec        = "InvalidSpec"
 	ReasonRenderFailed       = "RenderFailed"
-	ReasonNoPrimaryYet       = "NoPrimary"
 )
 
 // cacheStatus is the status of a ManagedCache, as the CRD declares it.
@@ -101,7 +100,7 @@ func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain strin
 		s.setReady(gen, false, ReasonWaitingForReplicas,
 			fmt.Sprintf("%s; %d members running, waiting for the surplus to stop", msg, running))
 	case viewOK && s.Primary == "" && upToDate && s.ReadyReplicas >= spec.Replicas:
-		s.setReady(gen, false, ReasonNoPrimaryYet, msg+"; no primary yet")
+		s.setReady(gen, false, ReasonNoPrimary, msg+"; no primary yet")
 	case upToDate && s.ReadyReplicas >= spec.Replicas:
 		s.setReady(gen, true, ReasonAllReplicasReady, msg)
 	default:
