@@ -136,10 +136,9 @@ func decideRoles(v roleView, lastPrimaryOffset int64) roleAction {
 	// says the same later (a primary is ready when it answers), and a node that stops reporting
 	// leaves its pods Ready for a while.
 	healthy := primary != nil
-	switch {
-	case healthy:
+	if healthy {
 		act.Primary = primary.Name
-	default:
+	} else {
 		// No healthy primary. A labelled member that answers as a replica restarted: it is gone
 		// now. Otherwise wait out the delay (a member that does not answer may be busy).
 		restarted := false
