@@ -59,7 +59,7 @@ type Options struct {
 	// the lease is released before the kubelet kills the process.
 	ShutdownGrace time.Duration
 	// MemberNetworks are the networks the operator may dial members in (none: any). A cache with
-	// a member elsewhere is not observed: its lowest ordinal is labelled primary and it never
+	// a member elsewhere is not observed: its member 0 is labelled primary and it never
 	// fails over (used for simulated nodes, whose pod addresses lead nowhere).
 	MemberNetworks []*net.IPNet
 	// MemberWorkers is the number of member passes run at once (they wait on the network).

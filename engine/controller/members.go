@@ -581,7 +581,7 @@ func (c *Controller) deletePod(ctx context.Context, ns string, m memberState) er
 }
 
 // syncUnobserved keeps the roles of a cache whose members the operator may not dial (outside
-// --member-networks): the lowest ordinal is labelled primary when none is, nothing fails over,
+// --member-networks): member 0 is labelled primary when none is, nothing fails over,
 // and rolls go one ready member at a time, highest ordinal first.
 func (c *Controller) syncUnobserved(ctx context.Context, mc *unstructured.Unstructured, key string, spec api.Spec, members []memberState, updateRevision string) error {
 	primary := ""
@@ -592,16 +592,11 @@ func (c *Controller) syncUnobserved(ctx context.Context, mc *unstructured.Unstru
 		}
 		allReady = allReady && m.PodReady && !m.Deleting
 	}
-	if primary == "" {
-		for _, m := range members {
-			if !m.Deleting {
-				if err := c.setRole(ctx, mc.GetNamespace(), m, api.RolePrimary); err != nil {
-					return err
-				}
-				primary = m.Name
-				break
-			}
+	if first := members[0]; primary == "" && first.Ordinal == 0 && !first.Deleting {
+		if err := c.setRole(ctx, mc.GetNamespace(), first, api.RolePrimary); err != nil {
+			return err
 		}
+		primary = first.Name
 	}
 	c.publish(key, memberView{Primary: primary})
 	if !allReady || updateRevision == "" {

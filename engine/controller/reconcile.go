@@ -75,7 +75,8 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	sortForApply(desired)
 	view, viewOK := c.store.view(key)
 	for _, want := range desired {
-		if want.GroupVersionKind() == statefulSetGVK {
+		if want.GroupVersionKind() == statefulSetGVK && view.Observed {
+			// Only an observed cache hands over; an unobserved one just scales.
 			holdScaleDown(want, spec.Replicas, mc.GetName(), view.Primary)
 		}
 	}
