@@ -138,16 +138,11 @@ func TestCacheOnRealNodes(t *testing.T) {
 // made wrong, as a half-done password change would) answers PING but is not Ready, so it leaves
 // the Services' endpoints and the cache counts it out; once the link is back it is Ready again.
 func TestStaleReplicaIsNotReady(t *testing.T) {
-	c := framework.Setup(t)
 	ctx := context.Background()
-	startOperator(t, c)
-	ns := c.RealNamespace(t, "stale")
-	deleteCachesOnCleanup(t, c, ns)
-	createCache(t, c, ns, "s", map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(1)})
-	waitReady(t, c, ns, "s", 3, 3*time.Minute)
-	pw := password(t, c, ns, "s")
+	rc := newRealCache(t, "stale", "s")
+	c, ns, pw := rc.c, rc.ns, rc.password
 	replicaName := "s-2"
-	if statusPrimary(t, c, ns, "s") == replicaName {
+	if rc.primary.Name == replicaName {
 		replicaName = "s-1"
 	}
 	replica, err := c.Kube.CoreV1().Pods(ns).Get(ctx, replicaName, metav1.GetOptions{})

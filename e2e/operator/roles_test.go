@@ -455,15 +455,30 @@ func TestFailoverAfterNodeLoss(t *testing.T) {
 	})
 }
 
-func runFailovers(t *testing.T, what string, rounds int, p50Target time.Duration, kill, heal func(*testing.T, *framework.Cluster, *corev1.Pod)) {
+// realCache is a size-3 cache on the real nodes, managed by an operator of the test's own,
+// whole: its primary's pod, its password and the read-write Service's address.
+type realCache struct {
+	c              *framework.Cluster
+	ns             string
+	primary        *corev1.Pod
+	password, addr string
+}
+
+func newRealCache(t *testing.T, nsPrefix, name string) realCache {
+	t.Helper()
 	c := framework.Setup(t)
 	startOperator(t, c)
-	ns := c.RealNamespace(t, "fo-"+what)
+	ns := c.RealNamespace(t, nsPrefix)
 	deleteCachesOnCleanup(t, c, ns)
-	createCache(t, c, ns, "f", map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(1)})
-	waitWhole(t, c, ns, "f", 3, 3*time.Minute)
-	pw := password(t, c, ns, "f")
-	rw := net.JoinHostPort(clusterIP(t, c, ns, "f-rw"), "6379")
+	createCache(t, c, ns, name, map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(1)})
+	primary := waitWhole(t, c, ns, name, 3, 3*time.Minute)
+	return realCache{c: c, ns: ns, primary: primary, password: password(t, c, ns, name),
+		addr: net.JoinHostPort(clusterIP(t, c, ns, name+"-rw"), "6379")}
+}
+
+func runFailovers(t *testing.T, what string, rounds int, p50Target time.Duration, kill, heal func(*testing.T, *framework.Cluster, *corev1.Pod)) {
+	rc := newRealCache(t, "fo-"+what, "f")
+	c, ns, pw, rw := rc.c, rc.ns, rc.password, rc.addr
 	w := startWriter(t, rw, pw, 2_000_000, 25*time.Minute)
 	var times []time.Duration
 	var lostPer []int
@@ -506,15 +521,9 @@ func runFailovers(t *testing.T, what string, rounds int, p50Target time.Duration
 // TestEmptyRestartLosesNothing: the primary's data is deleted and its server restarted: it comes
 // back empty as a replica, a replica with the data is promoted, and no key is lost.
 func TestEmptyRestartLosesNothing(t *testing.T) {
-	c := framework.Setup(t)
 	ctx := context.Background()
-	startOperator(t, c)
-	ns := c.RealNamespace(t, "empty")
-	deleteCachesOnCleanup(t, c, ns)
-	createCache(t, c, ns, "e", map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(1)})
-	primary := waitWhole(t, c, ns, "e", 3, 3*time.Minute)
-	pw := password(t, c, ns, "e")
-	rw := net.JoinHostPort(clusterIP(t, c, ns, "e-rw"), "6379")
+	rc := newRealCache(t, "empty", "e")
+	c, ns, primary, pw, rw := rc.c, rc.ns, rc.primary, rc.password, rc.addr
 	cl := newClient(rw, pw)
 	defer cl.Close()
 	const keys = 1001
@@ -577,15 +586,9 @@ func dataDir(t *testing.T, c *framework.Cluster, ns, pod string) string {
 // the replicas first, hands over, then restarts the old primary; then a switchover asked for by
 // annotation. Writes fail for at most a moment, and no acknowledged write is lost.
 func TestVersionChangeAndSwitchover(t *testing.T) {
-	c := framework.Setup(t)
 	ctx := context.Background()
-	startOperator(t, c)
-	ns := c.RealNamespace(t, "roll")
-	deleteCachesOnCleanup(t, c, ns)
-	createCache(t, c, ns, "v", map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(1)})
-	before := waitWhole(t, c, ns, "v", 3, 3*time.Minute)
-	pw := password(t, c, ns, "v")
-	rw := net.JoinHostPort(clusterIP(t, c, ns, "v-rw"), "6379")
+	rc := newRealCache(t, "roll", "v")
+	c, ns, before, pw, rw := rc.c, rc.ns, rc.primary, rc.password, rc.addr
 	w := startWriter(t, rw, pw, 2_000_000, 10*time.Minute)
 	w.waitOK(t, time.Now(), time.Minute)
 
