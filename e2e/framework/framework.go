@@ -159,7 +159,21 @@ func (c *Cluster) namespace(t testing.TB, prefix string, annotations map[string]
 			t.Logf("deleting namespace %s: %v", name, err)
 		}
 	})
+	c.WaitDefaultServiceAccount(t, name)
 	return name
+}
+
+// WaitDefaultServiceAccount waits until the controller manager has made the namespace's default
+// ServiceAccount: until then the API server refuses pods in it (the admission plugin looks it up).
+func (c *Cluster) WaitDefaultServiceAccount(t testing.TB, ns string) {
+	t.Helper()
+	Eventually(t, 30*time.Second, "the default ServiceAccount of namespace "+ns, func() (bool, string, error) {
+		_, err := c.Kube.CoreV1().ServiceAccounts(ns).Get(context.Background(), "default", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "not found", nil
+		}
+		return err == nil, "found", err
+	})
 }
 
 // Eventually polls cond every interval until it reports done or the timeout passes. cond returns

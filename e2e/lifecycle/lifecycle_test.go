@@ -63,6 +63,7 @@ func TestClusterLifecycle(t *testing.T) {
 	if _, err := c.Kubectl(ctx, "create", "namespace", "survives-rerun"); err != nil {
 		t.Fatal(err)
 	}
+	c.WaitDefaultServiceAccount(t, "survives-rerun")
 
 	// A second `up` on a running cluster is harmless: same processes, same data.
 	out := runScript(t, c, "up")
@@ -91,8 +92,15 @@ func TestClusterLifecycle(t *testing.T) {
 	if n := len(framework.NodeProcesses(c, "real-a")) + len(framework.NodeProcesses(c, "real-b")) + len(framework.NodeProcesses(c, "real-c")); n == 0 {
 		t.Fatal("the real pod has no process on this machine")
 	}
-	if got := hostState(t, c); !strings.Contains(got, "netns "+c.Name+"-net") || !strings.Contains(got, "mount ") {
-		t.Fatalf("expected the cluster's network namespaces and the pod's mount before down, found:\n%s", got)
+	// The cluster's end of its uplink is found by its peer's namespace, so that another local
+	// cluster's link (a `make up` cluster, cache-dev, may run beside cache-test) is not counted.
+	uplink := hostLink(t, c)
+	if uplink == "" {
+		t.Fatalf("no link on this machine has its peer in the network namespace %s-net", c.Name)
+	}
+	if got := hostState(t, c, uplink); !strings.Contains(got, "netns "+c.Name+"-net") || !strings.Contains(got, "mount ") ||
+		!strings.Contains(got, "link ") || !strings.Contains(got, "route ") {
+		t.Fatalf("expected the cluster's network namespaces, its link and routes and the pod's mount before down, found:\n%s", got)
 	}
 	rootRules := rootIptables(t)
 
@@ -105,7 +113,7 @@ func TestClusterLifecycle(t *testing.T) {
 	if _, err := os.Stat(c.Dir); !os.IsNotExist(err) {
 		t.Fatalf("cluster folder %s still exists after down (stat: %v)", c.Dir, err)
 	}
-	if left := hostState(t, c); left != "" {
+	if left := hostState(t, c, uplink); left != "" {
 		t.Fatalf("left on this machine after down:\n%s", left)
 	}
 	for _, node := range framework.RealNodes {
@@ -118,9 +126,27 @@ func TestClusterLifecycle(t *testing.T) {
 	}
 }
 
+// hostLink names the link on this machine whose peer is in the cluster's network namespace.
+func hostLink(t *testing.T, c *framework.Cluster) string {
+	t.Helper()
+	out, err := exec.Command("ip", "-o", "link", "show").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip link show: %v: %s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 1 && strings.HasSuffix(strings.TrimSpace(line), " link-netns "+c.Name+"-net") {
+			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+			return name
+		}
+	}
+	return ""
+}
+
 // hostState lists what of the cluster exists on this machine outside its folder: network
-// namespaces, links and routes, mounts under its folder, and cgroups.
-func hostState(t *testing.T, c *framework.Cluster) string {
+// namespaces, its uplink (named uplink) and the routes through it, mounts under its folder, and
+// cgroups. Another local cluster's namespaces, link and routes are not counted.
+func hostState(t *testing.T, c *framework.Cluster, uplink string) string {
 	t.Helper()
 	var found []string
 	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
@@ -134,13 +160,14 @@ func hostState(t *testing.T, c *framework.Cluster) string {
 	}
 	links, _ := exec.Command("ip", "-o", "link", "show").CombinedOutput()
 	for _, line := range strings.Split(string(links), "\n") {
-		if strings.Contains(line, " cachenet") {
+		if f := strings.Fields(line); len(f) > 1 && (strings.HasPrefix(f[1], uplink+"@") || f[1] == uplink+":" ||
+			strings.HasSuffix(strings.TrimSpace(line), " link-netns "+c.Name+"-net")) {
 			found = append(found, "link "+strings.TrimSpace(line))
 		}
 	}
 	routes, _ := exec.Command("ip", "route", "show").CombinedOutput()
 	for _, line := range strings.Split(string(routes), "\n") {
-		if strings.Contains(line, "cachenet") {
+		if strings.Contains(line, " dev "+uplink+" ") || strings.HasSuffix(line, " dev "+uplink) {
 			found = append(found, "route "+line)
 		}
 	}
