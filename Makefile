@@ -70,7 +70,15 @@ test-unit: ## unit and golden-file tests (no cluster), the operator's and the no
 test-e2e: cluster-bin ## end-to-end tests on a fresh cluster cache-test (deleted afterwards)
 	@$(TEST_CLUSTER) hack/cluster/cluster.sh down >/dev/null
 	@$(TEST_CLUSTER) hack/cluster/cluster.sh up
-	$(E2E_ENV) go test $(GO_TEST_FLAGS) -p 1 -timeout 45m -v ./e2e/...
+	$(E2E_ENV) go test $(GO_TEST_FLAGS) -p 1 -timeout 45m -v ./e2e/... ./bench/
 	$(E2E_ENV) CACHE_E2E_LIFECYCLE=1 go test $(GO_TEST_FLAGS) -v -run TestClusterLifecycle ./e2e/lifecycle/
 
 E2E_ENV := CACHE_E2E=1 CACHE_E2E_CLUSTER_DIR=$(ROOT)/.cluster-test CACHE_E2E_CLUSTER_NAME=cache-test
+
+##@ Benchmarks
+N ?= 100
+RUNS ?= 1
+FOREIGN ?= 0
+.PHONY: bench
+bench: build cluster-bin ## N caches on a fresh KWOK cluster against the oracle (N=100,300,1000 RUNS=3 FOREIGN=10000 ...); see BENCHMARKS.md
+	go run ./bench -n "$(N)" -runs $(RUNS) -foreign $(FOREIGN)

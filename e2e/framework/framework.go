@@ -60,22 +60,32 @@ func Setup(t testing.TB) *Cluster {
 		t.Skip("end-to-end test: run with `make test-e2e` (CACHE_E2E=1 and a running test cluster)")
 	}
 	root := RepoRoot()
-	c := &Cluster{
-		Root: root,
-		Dir:  envOr("CACHE_E2E_CLUSTER_DIR", filepath.Join(root, ".cluster-test")),
-		Name: envOr("CACHE_E2E_CLUSTER_NAME", "cache-test"),
+	c, err := Connect(envOr("CACHE_E2E_CLUSTER_DIR", filepath.Join(root, ".cluster-test")), envOr("CACHE_E2E_CLUSTER_NAME", "cache-test"), "cache-operator-e2e")
+	if err != nil {
+		t.Fatalf("%v (is it running? `make test-e2e` creates it)", err)
 	}
+	return c
+}
+
+// Connect connects to the local cluster name whose state folder is dir, as userAgent, with the
+// client's rate limits lifted (200 QPS, burst 400). The benchmark (bench/) uses it too.
+func Connect(dir, name, userAgent string) (*Cluster, error) {
+	c := &Cluster{Root: RepoRoot(), Dir: dir, Name: name}
 	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
 	if err != nil {
-		t.Fatalf("loading the test cluster's kubeconfig %s (is it running? `make test-e2e` creates it): %v", c.Kubeconfig, err)
+		return nil, fmt.Errorf("loading the cluster's kubeconfig %s: %w", c.Kubeconfig, err)
 	}
 	cfg.QPS, cfg.Burst = 200, 400
-	cfg.UserAgent = "cache-operator-e2e"
+	cfg.UserAgent = userAgent
 	c.Config = cfg
-	c.Kube = kubernetes.NewForConfigOrDie(cfg)
-	c.Dynamic = dynamic.NewForConfigOrDie(cfg)
-	return c
+	if c.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if c.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 func envOr(key, def string) string {
@@ -122,10 +132,10 @@ func MemberIPNets() []*net.IPNet {
 	return []*net.IPNet{n}
 }
 
-// Placement annotations of a namespace whose pods run on the KWOK nodes (see
+// KwokNamespaceAnnotations are the placement annotations of a namespace whose pods run on the KWOK nodes (see
 // hack/cluster/kwok-namespace.yaml): the API server's PodNodeSelector and PodTolerationRestriction
 // admission plugins add the node selector and the toleration of the KWOK taint to every pod.
-var kwokPlacement = map[string]string{
+var KwokNamespaceAnnotations = map[string]string{
 	"scheduler.alpha.kubernetes.io/node-selector":      "type=kwok",
 	"scheduler.alpha.kubernetes.io/defaultTolerations": `[{"key":"kwok.x-k8s.io/node","operator":"Equal","value":"fake","effect":"NoSchedule"}]`,
 }
@@ -135,7 +145,7 @@ var kwokPlacement = map[string]string{
 // about Redis itself needs RealNamespace.
 func (c *Cluster) Namespace(t testing.TB, prefix string) string {
 	t.Helper()
-	return c.namespace(t, prefix, kwokPlacement)
+	return c.namespace(t, prefix, KwokNamespaceAnnotations)
 }
 
 // RealNamespace creates a namespace whose pods run on the real nodes (hack/node: processes under

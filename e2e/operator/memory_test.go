@@ -14,10 +14,7 @@ import (
 	"time"
 
 	"example.com/cache-operator/e2e/framework"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 )
 
 func envInt(name string, def int) int {
@@ -70,61 +67,6 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-// foreignObjects creates n objects that are not the operator's, a third each of Secrets, headless
-// Services and StatefulSets (no replicas), in ns.
-func foreignObjects(t *testing.T, c *framework.Cluster, ns string, n int) {
-	t.Helper()
-	ctx := context.Background()
-	template := corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "busybox",
-			Command: []string{"sh", "-c", "while true; do sleep 1; done"},
-			Env:     []corev1.EnvVar{{Name: "A", Value: strings.Repeat("x", 256)}, {Name: "B", Value: strings.Repeat("y", 256)}}}}},
-	}
-	work := make(chan int)
-	errs := make(chan error, 1)
-	var wg sync.WaitGroup
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				name := fmt.Sprintf("foreign-%05d", i)
-				var err error
-				switch i % 3 {
-				case 0:
-					_, err = c.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name},
-						Data: map[string][]byte{"k": []byte(strings.Repeat("s", 1024))}}, metav1.CreateOptions{})
-				case 1:
-					_, err = c.Kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name},
-						Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": name},
-							Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}, metav1.CreateOptions{})
-				case 2:
-					_, err = c.Kube.AppsV1().StatefulSets(ns).Create(ctx, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name},
-						Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](0), ServiceName: name,
-							Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, Template: template}}, metav1.CreateOptions{})
-				}
-				if err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-				}
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		t.Fatalf("creating foreign objects: %v", err)
-	default:
-	}
 }
 
 // TestMemoryDoesNotGrowWithForeignObjects measures the operator's memory with N caches, then
@@ -183,7 +125,9 @@ func TestMemoryDoesNotGrowWithForeignObjects(t *testing.T) {
 	t.Logf("%d caches reconciled in %v: operator RSS %.1f MiB, heap in use %.1f MiB", n, time.Since(start).Round(time.Second), base, heap/(1<<20))
 
 	fstart := time.Now()
-	foreignObjects(t, c, foreignNS, f)
+	if err := c.CreateForeignObjects(ctx, foreignNS, f); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("%d foreign objects (Secrets, headless Services, StatefulSets) created in %v", f, time.Since(fstart).Round(time.Second))
 	after := settled("the operator quiet again")
 	heap2, _ := metricValue(metrics, "go_memstats_heap_inuse_bytes")
