@@ -127,7 +127,7 @@ func TestBenchOnTheTestCluster(t *testing.T) {
 	}
 	const n = 6
 	res, err := measure(context.Background(), runConfig{root: c.Root, clusterDir: c.Dir, clusterName: c.Name, reuse: true,
-		n: n, run: 1, idle: 3 * time.Second, operatorBin: bin})
+		n: n, run: 1, idle: 3 * time.Second, logDir: c.Dir, operatorBin: bin})
 	if err != nil {
 		t.Fatal(err)
 	}

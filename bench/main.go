@@ -42,6 +42,7 @@ func main() {
 	clusterDir := flag.String("cluster-dir", filepath.Join(root, ".cluster-bench"), "the bench cluster's state folder")
 	clusterName := flag.String("cluster-name", "cache-bench", "the bench cluster's name")
 	reuse := flag.Bool("reuse", false, "measure on the cluster already running at -cluster-dir, and leave it running")
+	logDir := flag.String("logs", filepath.Join(root, ".bench-logs"), "folder of the operator's logs, kept after the cluster is gone")
 	keep := flag.Bool("keep", false, "leave the last bench cluster running")
 	operatorBin := flag.String("operator", filepath.Join(root, "bin", "cache-operator"), "the operator binary")
 	operatorArgs := flag.String("operator-args", "", "flags added to the operator's defaults (space-separated)")
@@ -62,7 +63,7 @@ func main() {
 		var measured []runResult
 		for r := 1; r <= *runs; r++ {
 			cfg := runConfig{root: root, clusterDir: *clusterDir, clusterName: *clusterName, reuse: *reuse, n: n,
-				foreign: *foreign, run: r, idle: *idle, operatorBin: *operatorBin, operatorArgs: strings.Fields(*operatorArgs)}
+				foreign: *foreign, run: r, idle: *idle, logDir: *logDir, operatorBin: *operatorBin, operatorArgs: strings.Fields(*operatorArgs)}
 			if !*reuse {
 				logf("N=%d run %d: a fresh cluster %s (KWOK nodes, client limits lifted)", n, r, *clusterName)
 				if err := clusterScript(cfg, "down"); err != nil {
@@ -74,7 +75,7 @@ func main() {
 			}
 			res, err := measure(ctx, cfg)
 			if err != nil {
-				fail(fmt.Errorf("N=%d run %d: %w (operator log: %s)", n, r, err, filepath.Join(*clusterDir, "bench-operator-*.log")))
+				fail(fmt.Errorf("N=%d run %d: %w (operator logs in %s)", n, r, err, *logDir))
 			}
 			measured = append(measured, *res)
 		}

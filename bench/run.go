@@ -60,6 +60,7 @@ type runConfig struct {
 	foreign      int
 	run          int
 	idle         time.Duration
+	logDir       string // the operator's log: operator-n<N>-f<foreign>-run<run>.log
 	operatorBin  string
 	operatorArgs []string
 }
@@ -285,7 +286,10 @@ func startOperator(cfg runConfig, kubeconfig string) (*operatorProcess, error) {
 		}
 		ports[i] = p
 	}
-	logPath := filepath.Join(cfg.clusterDir, fmt.Sprintf("bench-operator-n%d-f%d-run%d.log", cfg.n, cfg.foreign, cfg.run))
+	if err := os.MkdirAll(cfg.logDir, 0o755); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(cfg.logDir, fmt.Sprintf("operator-n%d-f%d-run%d.log", cfg.n, cfg.foreign, cfg.run))
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err

@@ -403,3 +403,30 @@ func TestInformersHoldOnlyOurObjects(t *testing.T) {
 		t.Errorf("managedFields kept %+v; want the operator's main entry only", mf)
 	}
 }
+
+// A reconcile that creates a cache's children reports them in one Event, not one per child; a
+// reconcile that changes nothing reports nothing.
+func TestOneEventPerReconcile(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, nil, newCache("sessions"))
+	if err := f.ctrl.reconcile(ctx, "shop/sessions"); err != nil {
+		t.Logf("reconcile: %v", err)
+	}
+	events := strings.Split(strings.TrimSpace(drain(f.recorder)), "\n")
+	if len(events) != 1 || !strings.HasPrefix(events[0], "Normal Created Created Secret/sessions-auth, ") ||
+		!strings.Contains(events[0], "StatefulSet/sessions") || !strings.Contains(events[0], "Service/sessions-rw") {
+		t.Errorf("events %q, want one Created event naming every child", events)
+	}
+	ch := changes{created: []string{"Secret/a"}, updated: []string{"StatefulSet/a (.spec.replicas: differs)"}}
+	rec := record.NewFakeRecorder(10)
+	ch.record(rec, newCache("a"))
+	changes{}.record(rec, newCache("a"))
+	if got := strings.TrimSpace(drain(rec)); got != "Normal Reconciled Created Secret/a; updated StatefulSet/a (.spec.replicas: differs)" {
+		t.Errorf("events %q", got)
+	}
+	long := changes{updated: []string{strings.Repeat("x", 2*maxEventMessage)}}
+	long.record(rec, newCache("a"))
+	if got := strings.TrimSpace(drain(rec)); len(got) > maxEventMessage+len("Normal Updated ") || !strings.HasSuffix(got, "...") {
+		t.Errorf("a long message is not cut: %d characters", len(got))
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"example.com/cache-operator/engine/api"
@@ -85,6 +86,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	var retry error
 	var sts *unstructured.Unstructured
 	var storage storageOutcome
+	var done changes
 	for _, want := range desired {
 		var prepErr error
 		if want.GroupVersionKind() == statefulSetGVK {
@@ -97,7 +99,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 				prepErr = c.prepareUpdateStrategy(ctx, want)
 			}
 		}
-		live, outcome, err := c.syncUnlessFailed(ctx, mc, want, prepErr)
+		live, outcome, err := c.syncUnlessFailed(ctx, mc, want, prepErr, &done)
 		metrics.ChildCompared(want.GetKind(), string(outcome))
 		if want.GroupVersionKind() == statefulSetGVK && live != nil {
 			sts = live
@@ -122,6 +124,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 			retry = errors.Join(retry, err)
 		}
 	}
+	done.record(c.recorder, mc)
 	c.members.Add(key) // the member pass follows what this reconcile wrote
 	if err := c.writeStatus(ctx, mc, newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, storage.condition, view, viewOK, failReason, failMessage)); err != nil {
 		return errors.Join(retry, err)
@@ -141,22 +144,22 @@ func isNotOurs(err error) bool {
 }
 
 // syncUnlessFailed is sync, unless preparing want already failed with err.
-func (c *Controller) syncUnlessFailed(ctx context.Context, mc, want *unstructured.Unstructured, err error) (*unstructured.Unstructured, ssa.Outcome, error) {
+func (c *Controller) syncUnlessFailed(ctx context.Context, mc, want *unstructured.Unstructured, err error, done *changes) (*unstructured.Unstructured, ssa.Outcome, error) {
 	if err != nil {
 		return nil, ssa.Failed, err
 	}
-	return c.sync(ctx, mc, want)
+	return c.sync(ctx, mc, want, done)
 }
 
-// sync makes one child match want. It returns the child as it now is (the applied result, or the
-// cached object when nothing changed).
-func (c *Controller) sync(ctx context.Context, mc, want *unstructured.Unstructured) (*unstructured.Unstructured, ssa.Outcome, error) {
+// sync makes one child match want and notes what it changed in done. It returns the child as it
+// now is (the applied result, or the cached object when nothing changed).
+func (c *Controller) sync(ctx context.Context, mc, want *unstructured.Unstructured, done *changes) (*unstructured.Unstructured, ssa.Outcome, error) {
 	live, err := c.child(want.GroupVersionKind(), want.GetNamespace(), want.GetName())
 	if err != nil {
 		return nil, ssa.Failed, err
 	}
 	if live == nil {
-		return c.createChild(ctx, mc, want)
+		return c.createChild(ctx, mc, want, done)
 	}
 	switch own, why := ownershipOf(live, mc.GetName(), mc.GetUID()); own {
 	case ownedByOther:
@@ -166,7 +169,7 @@ func (c *Controller) sync(ctx context.Context, mc, want *unstructured.Unstructur
 		if err != nil {
 			return live, ssa.Failed, err
 		}
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Adopted", "Adopted orphaned %s", ssa.ObjectID(want))
+		done.updated = append(done.updated, childName(want)+" (adopted)")
 		return out, ssa.Configured, nil
 	}
 	drift, err := c.differ.Drift(want, live, api.FieldManager)
@@ -180,7 +183,7 @@ func (c *Controller) sync(ctx context.Context, mc, want *unstructured.Unstructur
 	if err != nil {
 		return live, ssa.Failed, err
 	}
-	c.recorder.Eventf(mc, corev1.EventTypeNormal, "Updated", "Updated %s: %s", ssa.ObjectID(want), summarize(drift))
+	done.updated = append(done.updated, childName(want)+" ("+summarize(drift)+")")
 	return out, ssa.Configured, nil
 }
 
@@ -189,10 +192,10 @@ func (c *Controller) sync(ctx context.Context, mc, want *unstructured.Unstructur
 // of that name may well exist: someone else's (never taken over: a server-side apply with force
 // would), or ours with its labels removed (restored, keeping a Secret's password), or one the
 // cache has not caught up with (retried). The create also writes the password exactly once.
-func (c *Controller) createChild(ctx context.Context, mc, want *unstructured.Unstructured) (*unstructured.Unstructured, ssa.Outcome, error) {
+func (c *Controller) createChild(ctx context.Context, mc, want *unstructured.Unstructured, done *changes) (*unstructured.Unstructured, ssa.Outcome, error) {
 	out, err := c.applier.Create(ctx, want)
 	if err == nil {
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Created", "Created %s", ssa.ObjectID(want))
+		done.created = append(done.created, childName(want))
 		return out, ssa.Created, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
@@ -219,7 +222,7 @@ func (c *Controller) createChild(ctx context.Context, mc, want *unstructured.Uns
 		if err != nil {
 			return nil, ssa.Failed, err
 		}
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Updated", "Restored the labels of %s", ssa.ObjectID(want))
+		done.updated = append(done.updated, childName(want)+" (labels restored)")
 		return out, ssa.Configured, nil
 	}
 	return nil, ssa.Failed, ssa.Errorf(want, "%w", errStaleCache)
@@ -264,6 +267,38 @@ func sortForApply(objs []*unstructured.Unstructured) {
 		return objs[i].GetKind() == "Secret" && objs[j].GetKind() != "Secret"
 	})
 }
+
+// changes is what one reconcile wrote to a cache's children, reported as one Event: a cache of
+// six children gets one "Created" Event, not six.
+type changes struct {
+	created, updated []string
+}
+
+// maxEventMessage keeps an Event's message within what the API server accepts.
+const maxEventMessage = 1000
+
+// record emits the Event of a reconcile that changed something: Created (only creates), Updated
+// (only updates) or Reconciled (both).
+func (ch changes) record(recorder record.EventRecorder, mc *unstructured.Unstructured) {
+	var reason, msg string
+	switch {
+	case len(ch.created) == 0 && len(ch.updated) == 0:
+		return
+	case len(ch.updated) == 0:
+		reason, msg = "Created", "Created "+strings.Join(ch.created, ", ")
+	case len(ch.created) == 0:
+		reason, msg = "Updated", "Updated "+strings.Join(ch.updated, "; ")
+	default:
+		reason, msg = "Reconciled", "Created "+strings.Join(ch.created, ", ")+"; updated "+strings.Join(ch.updated, "; ")
+	}
+	if len(msg) > maxEventMessage {
+		msg = msg[:maxEventMessage-3] + "..."
+	}
+	recorder.Event(mc, corev1.EventTypeNormal, reason, msg)
+}
+
+// childName is how an Event in the cache's namespace names a child: Kind/name.
+func childName(obj *unstructured.Unstructured) string { return obj.GetKind() + "/" + obj.GetName() }
 
 // summarize lists up to five drifted paths.
 func summarize(drift []string) string {
