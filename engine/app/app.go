@@ -117,6 +117,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: api.FieldManager})
 
+	if cfg.Controller.Namespace == "" {
+		cfg.Controller.Namespace = cfg.Namespace
+	}
 	ctrl, err := controller.New(ctrlDyn, mapper, renderer, recorder, cfg.Controller)
 	if err != nil {
 		return fmt.Errorf("building controller: %w", err)

@@ -66,6 +66,9 @@ type Options struct {
 	MemberWorkers int
 	// MemberPoll is how often each observed cache's members are read (default 1s).
 	MemberPoll time.Duration
+	// Namespace is where the dry-run creates that learn the API server's defaults go (the
+	// operator's own; default "default").
+	Namespace string
 }
 
 // CleanupFunc releases what a cache holds outside the cluster when it is deleted. The finalizer
@@ -101,6 +104,8 @@ type Controller struct {
 	pods    cache.SharedIndexInformer
 	pool    *member.Pool
 	store   memberStore
+	// statusWrites paces status writes that only report progress.
+	statusWrites statusWrites
 }
 
 // New builds a controller: informers for ManagedCaches and for every kind the templates render
@@ -259,6 +264,7 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 	if err := c.MigrateStorage(ctx); err != nil {
 		klog.ErrorS(err, "Storage migration failed; the next leader retries it")
 	}
+	c.learnServerDefaults(ctx)
 	klog.InfoS("Starting workers", "count", c.opts.Workers)
 	// Reconciles run on a context that outlives ctx by the grace, so that one in flight can
 	// finish its writes instead of leaving a half-applied cache.
@@ -396,6 +402,43 @@ func (c *Controller) countByReady() map[string]int {
 // keepManagedFieldsOf returns an informer transform that drops every managedFields entry except
 // manager's own on the main resource ("": drop all). Other managers' entries are often most of an
 // object's size, and the controller never reads them.
+// learnServerDefaults dry-run creates sample children, so that the drift check knows which fields
+// the API server fills in on create (a plain create records them as the operator's): without it,
+// every child created by an earlier process would look drifted and be applied once more. Each
+// create also teaches it (createChild). A failure costs only those applies, so it is logged.
+func (c *Controller) learnServerDefaults(ctx context.Context) {
+	ns := c.opts.Namespace
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	samples, err := c.renderer.Samples(ns, "cache-operator-defaults")
+	if err != nil {
+		klog.ErrorS(err, "Rendering samples to learn the API server's defaults")
+		return
+	}
+	gvrs := map[schema.GroupVersionKind]schema.GroupVersionResource{}
+	for _, k := range c.children {
+		gvrs[k.gvk] = k.gvr
+	}
+	learned := 0
+	for _, want := range samples {
+		probe := want.DeepCopy()
+		probe.SetName("")
+		probe.SetGenerateName("cache-operator-defaults-")
+		out, err := c.client.Resource(gvrs[want.GroupVersionKind()]).Namespace(ns).Create(ctx, probe,
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: api.FieldManager})
+		if err == nil {
+			err = c.differ.LearnDefaults(probe, out, api.FieldManager)
+		}
+		if err != nil {
+			klog.ErrorS(err, "Learning the API server's defaults by a dry-run create; children created by an earlier process may be applied once more", "kind", want.GetKind())
+			continue
+		}
+		learned++
+	}
+	klog.V(2).InfoS("Learned the API server's defaults", "samples", learned)
+}
+
 func keepManagedFieldsOf(manager string) cache.TransformFunc {
 	return func(obj interface{}) (interface{}, error) {
 		u, ok := obj.(*unstructured.Unstructured)

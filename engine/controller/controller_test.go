@@ -430,3 +430,46 @@ func TestOneEventPerReconcile(t *testing.T) {
 		t.Errorf("a long message is not cut: %d characters", len(got))
 	}
 }
+
+// Progress (the ready count, members, a message) waits for the pace; a user-facing change (a
+// condition's status or reason, the generation, the primary) is written at once.
+func TestStatusWritesArePaced(t *testing.T) {
+	base := cacheStatus{ObservedGeneration: 1, ReadyReplicas: 1, Primary: "c-0"}
+	base.setReady(1, false, ReasonWaitingForReplicas, "1/3 replicas ready")
+	progress := base
+	progress.Conditions = append([]metav1.Condition(nil), base.Conditions...)
+	progress.ReadyReplicas = 2
+	progress.setReady(1, false, ReasonWaitingForReplicas, "2/3 replicas ready")
+	ready := progress
+	ready.Conditions = append([]metav1.Condition(nil), base.Conditions...)
+	ready.setReady(1, true, ReasonAllReplicasReady, "3/3 replicas ready")
+	newGen := base
+	newGen.ObservedGeneration = 2
+	newPrimary := base
+	newPrimary.Primary = "c-1"
+	for _, tc := range []struct {
+		name string
+		cur  cacheStatus
+		want bool
+	}{{"ready count and message", progress, false}, {"Ready flips", ready, true}, {"generation", newGen, true}, {"primary", newPrimary, true}} {
+		if got := significant(base, tc.cur); got != tc.want {
+			t.Errorf("%s: significant %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	var w statusWrites
+	now := time.Now()
+	if d := w.wait("a", now); d != 0 {
+		t.Errorf("first write waits %v", d)
+	}
+	w.wrote("a", now)
+	if d := w.wait("a", now.Add(300*time.Millisecond)); d != statusProgressInterval-300*time.Millisecond {
+		t.Errorf("a progress write 300ms after the last waits %v", d)
+	}
+	if d := w.wait("a", now.Add(statusProgressInterval)); d != 0 {
+		t.Errorf("a progress write after the interval waits %v", d)
+	}
+	w.forget("a")
+	if d := w.wait("a", now); d != 0 {
+		t.Errorf("a forgotten cache waits %v", d)
+	}
+}

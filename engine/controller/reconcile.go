@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -44,6 +47,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		return err
 	}
 	if !exists {
+		c.statusWrites.forget(key)
 		klog.V(4).InfoS("ManagedCache is gone; its children are left to garbage collection", "managedcache", key)
 		return nil
 	}
@@ -196,6 +200,9 @@ func (c *Controller) createChild(ctx context.Context, mc, want *unstructured.Uns
 	out, err := c.applier.Create(ctx, want)
 	if err == nil {
 		done.created = append(done.created, childName(want))
+		if err := c.differ.LearnDefaults(want, out, api.FieldManager); err != nil {
+			klog.FromContext(ctx).Error(err, "Learning the API server's defaults from a create", "object", ssa.ObjectID(want))
+		}
 		return out, ssa.Created, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
@@ -240,16 +247,27 @@ func (c *Controller) password(mc *unstructured.Unstructured) (string, error) {
 	return newPassword()
 }
 
-// writeStatus writes s to the status subresource if it differs from what mc has.
+// writeStatus writes s to the status subresource if it differs from what mc has. A change that
+// only reports progress (the ready count, the members, a message) waits until a second has passed
+// since the cache's last status write, and is then written with whatever came meanwhile: a cache
+// whose pods come up one by one in 300 ms gets one write for its Ready, not one per pod.
 func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructured, s cacheStatus) error {
 	updated, err := withStatus(mc, s)
 	if err != nil || updated == nil {
 		return err
 	}
+	key := mc.GetNamespace() + "/" + mc.GetName()
+	if !significant(statusOf(mc), s) {
+		if wait := c.statusWrites.wait(key, time.Now()); wait > 0 {
+			c.queue.AddAfter(key, wait)
+			return nil
+		}
+	}
 	_, err = c.client.Resource(api.Resource).Namespace(mc.GetNamespace()).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: api.FieldManager})
 	if err != nil {
 		return fmt.Errorf("ManagedCache/%s/%s: writing status: %w", mc.GetNamespace(), mc.GetName(), err)
 	}
+	c.statusWrites.wrote(key, time.Now())
 	ready := "Unknown"
 	for _, cond := range s.Conditions {
 		if cond.Type == ConditionReady {
@@ -258,6 +276,60 @@ func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructu
 	}
 	klog.FromContext(ctx).Info("Status updated", "ready", ready, "readyReplicas", s.ReadyReplicas)
 	return nil
+}
+
+// significant reports whether a status change is one a user acts on: a condition's status or
+// reason, the generation observed, an endpoint, the selector or the primary. Everything else
+// (the ready count, the members' roles and lag, a condition's message) is progress.
+func significant(old, cur cacheStatus) bool {
+	if old.ObservedGeneration != cur.ObservedGeneration || old.Endpoint != cur.Endpoint || old.ReadEndpoint != cur.ReadEndpoint ||
+		old.Selector != cur.Selector || old.Primary != cur.Primary || len(old.Conditions) != len(cur.Conditions) {
+		return true
+	}
+	for _, c := range cur.Conditions {
+		o := meta.FindStatusCondition(old.Conditions, c.Type)
+		if o == nil || o.Status != c.Status || o.Reason != c.Reason || o.ObservedGeneration != c.ObservedGeneration {
+			return true
+		}
+	}
+	return false
+}
+
+// statusProgressInterval is how often a cache's status is written for progress alone.
+const statusProgressInterval = time.Second
+
+// statusWrites remembers when each cache's status was last written.
+type statusWrites struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// wait returns how long a progress write of key must wait (0: it may be written now).
+func (w *statusWrites) wait(key string, now time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if at, ok := w.last[key]; ok {
+		if d := at.Add(statusProgressInterval).Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+func (w *statusWrites) wrote(key string, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last == nil {
+		w.last = map[string]time.Time{}
+	}
+	w.last[key] = now
+}
+
+// forget drops a deleted cache.
+func (w *statusWrites) forget(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.last, key)
 }
 
 // sortForApply puts Secrets first (the StatefulSet's pods need them), keeping template order

@@ -54,3 +54,26 @@ func sampleSpec() api.Spec {
 		Resources: map[string]interface{}{"limits": map[string]interface{}{"memory": "2Gi"}},
 	}
 }
+
+// Samples renders, into namespace ns, the children of two sample caches named name: one that sets
+// every optional field and one that sets only what the CRD requires (the rest defaulted). Their
+// dry-run creates tell which fields the API server fills in on create (see ssa.LearnDefaults).
+func (r *Renderer) Samples(ns, name string) ([]*unstructured.Unstructured, error) {
+	sample := &unstructured.Unstructured{Object: map[string]interface{}{
+		"metadata": map[string]interface{}{"name": name, "namespace": ns},
+		"spec":     map[string]interface{}{"engine": map[string]interface{}{"version": "7.4"}},
+	}}
+	minimal, err := api.SpecFrom(sample)
+	if err != nil {
+		return nil, err
+	}
+	var out []*unstructured.Unstructured
+	for _, spec := range []api.Spec{sampleSpec(), minimal} {
+		objs, err := r.Render(NewValues(sample, spec, DefaultConfig(), "sample"))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, objs...)
+	}
+	return out, nil
+}

@@ -34,8 +34,9 @@ import (
 //   - a field our field manager owns in the live object but that we no longer set is drift, so
 //     that applying removes it.
 type Differ struct {
-	builtin managedfields.TypeConverter
-	deduced managedfields.TypeConverter
+	builtin  managedfields.TypeConverter
+	deduced  managedfields.TypeConverter
+	defaults serverDefaults
 }
 
 // NewDiffer returns a Differ that knows every kind in client-go's scheme; other kinds are
@@ -76,15 +77,12 @@ func (d *Differ) Drift(desired, live *unstructured.Unstructured, manager string)
 			return nil, Errorf(desired, "field set of desired object: %w", err)
 		}
 		// A create records the maps it fills as owned themselves (".metadata.labels"); applied
-		// objects do not. A path that is a parent of a field we set is not a removal.
-		parents := map[string]bool{}
-		set.Iterate(func(p fieldpath.Path) {
-			for i := 1; i < len(p); i++ {
-				parents[p[:i].String()] = true
-			}
-		})
+		// objects do not. A path that is a parent of a field we set is not a removal, and
+		// neither is a field the API server filled in on create, at the value it fills in.
+		parents := parentPaths(set)
+		gvk := desired.GroupVersionKind()
 		owned.Difference(set).Leaves().Iterate(func(p fieldpath.Path) {
-			if !parents[p.String()] {
+			if !parents[p.String()] && !d.isServerDefault(gvk, live, p) {
 				drift = append(drift, p.String()+": no longer set")
 			}
 		})

@@ -267,3 +267,46 @@ func BenchmarkDriftUnchanged(b *testing.B) {
 		}
 	}
 }
+
+// A plain create records the fields the API server filled in (a Service's type, its session
+// affinity) in the creator's Update entry. Once learned from a create, they are not drift at the
+// value the server gives them; a field a template dropped still is, and so is a learned field
+// that holds another value (a template once set it).
+func TestDriftIgnoresLearnedServerDefaults(t *testing.T) {
+	d := NewDiffer()
+	want := func(name string) *unstructured.Unstructured {
+		return mustDecode(t, "apiVersion: v1\nkind: Service\nmetadata: {name: "+name+", namespace: ns}\nspec: {ports: [{name: redis, port: 6379, protocol: TCP}]}\n")
+	}
+	created := func(name, affinity string, extra string) *unstructured.Unstructured {
+		live := mustDecode(t, "apiVersion: v1\nkind: Service\nmetadata: {name: "+name+", namespace: ns}\n"+
+			"spec: {type: ClusterIP, sessionAffinity: "+affinity+extra+", ports: [{name: redis, port: 6379, protocol: TCP, targetPort: 6379}]}\n")
+		fields := `{"f:spec":{"f:type":{},"f:sessionAffinity":{},` + map[bool]string{true: `"f:publishNotReadyAddresses":{},`, false: ""}[extra != ""] +
+			`"f:ports":{".":{},"k:{\"port\":6379,\"protocol\":\"TCP\"}":{".":{},"f:name":{},"f:port":{},"f:protocol":{},"f:targetPort":{}}}}}`
+		live.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "cache-operator", Operation: metav1.ManagedFieldsOperationUpdate,
+			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}})
+		return live
+	}
+	if got, _ := d.Drift(want("a"), created("a", "None", ""), "cache-operator"); len(got) != 3 {
+		t.Fatalf("before learning: drift %q, want the three fields the server filled in", got)
+	}
+	if err := d.LearnDefaults(want("a"), created("a", "None", ""), "cache-operator"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		live *unstructured.Unstructured
+		want string
+	}{
+		{"another object of the kind, as created", created("b", "None", ""), ""},
+		{"a field the template dropped", created("b", "None", ", publishNotReadyAddresses: true"), ".spec.publishNotReadyAddresses: no longer set"},
+		{"a defaulted field at another value", created("b", "ClientIP", ""), ".spec.sessionAffinity: no longer set"},
+	} {
+		got, err := d.Drift(want("b"), tc.live, "cache-operator")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(got, "; ") != tc.want {
+			t.Errorf("%s: drift %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
