@@ -436,11 +436,11 @@ func TestOneEventPerReconcile(t *testing.T) {
 func TestStatusWritesArePaced(t *testing.T) {
 	base := cacheStatus{ObservedGeneration: 1, ReadyReplicas: 1, Primary: "c-0"}
 	base.setReady(1, false, ReasonWaitingForReplicas, "1/3 replicas ready")
-	progress := base
-	progress.Conditions = append([]metav1.Condition(nil), base.Conditions...)
-	progress.ReadyReplicas = 2
-	progress.setReady(1, false, ReasonWaitingForReplicas, "2/3 replicas ready")
-	ready := progress
+	moved := base
+	moved.Conditions = append([]metav1.Condition(nil), base.Conditions...)
+	moved.ReadyReplicas = 2
+	moved.setReady(1, false, ReasonWaitingForReplicas, "2/3 replicas ready")
+	ready := moved
 	ready.Conditions = append([]metav1.Condition(nil), base.Conditions...)
 	ready.setReady(1, true, ReasonAllReplicasReady, "3/3 replicas ready")
 	newGen := base
@@ -451,9 +451,9 @@ func TestStatusWritesArePaced(t *testing.T) {
 		name string
 		cur  cacheStatus
 		want bool
-	}{{"ready count and message", progress, false}, {"Ready flips", ready, true}, {"generation", newGen, true}, {"primary", newPrimary, true}} {
-		if got := significant(base, tc.cur); got != tc.want {
-			t.Errorf("%s: significant %v, want %v", tc.name, got, tc.want)
+	}{{"ready count and message", moved, false}, {"Ready flips", ready, true}, {"generation", newGen, true}, {"primary", newPrimary, true}} {
+		if got := !progress(statusChanges(base, tc.cur)); got != tc.want {
+			t.Errorf("%s: changes %v written at once %v, want %v", tc.name, statusChanges(base, tc.cur), got, tc.want)
 		}
 	}
 	var w statusWrites

@@ -284,10 +284,17 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	if sts != nil {
 		updateRevision, _, _ = unstructured.NestedString(sts.Object, "status", "updateRevision")
 	}
+	addressed := false
 	for _, m := range members {
 		if m.IP != "" && !c.dialable(m.IP) {
 			return 0, c.syncUnobserved(ctx, mc, key, spec, members, updateRevision)
 		}
+		addressed = addressed || m.IP != ""
+	}
+	if !addressed {
+		// Nothing to read, and no telling yet whether the members can be dialled: the pod
+		// events that bring their addresses start the next pass.
+		return 0, nil
 	}
 	secret, _ := c.child(secretGVK, ns, api.SecretName(name))
 	password := passwordFrom(secret)

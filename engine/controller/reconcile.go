@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -257,7 +258,8 @@ func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructu
 		return err
 	}
 	key := mc.GetNamespace() + "/" + mc.GetName()
-	if !significant(statusOf(mc), s) {
+	changed := statusChanges(statusOf(mc), s)
+	if progress(changed) {
 		if wait := c.statusWrites.wait(key, time.Now()); wait > 0 {
 			c.queue.AddAfter(key, wait)
 			return nil
@@ -274,25 +276,58 @@ func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructu
 			ready = cond.Reason
 		}
 	}
-	klog.FromContext(ctx).Info("Status updated", "ready", ready, "readyReplicas", s.ReadyReplicas)
+	klog.FromContext(ctx).Info("Status updated", "ready", ready, "readyReplicas", s.ReadyReplicas, "changed", changed)
 	return nil
 }
 
-// significant reports whether a status change is one a user acts on: a condition's status or
-// reason, the generation observed, an endpoint, the selector or the primary. Everything else
-// (the ready count, the members' roles and lag, a condition's message) is progress.
-func significant(old, cur cacheStatus) bool {
-	if old.ObservedGeneration != cur.ObservedGeneration || old.Endpoint != cur.Endpoint || old.ReadEndpoint != cur.ReadEndpoint ||
-		old.Selector != cur.Selector || old.Primary != cur.Primary || len(old.Conditions) != len(cur.Conditions) {
-		return true
-	}
-	for _, c := range cur.Conditions {
-		o := meta.FindStatusCondition(old.Conditions, c.Type)
-		if o == nil || o.Status != c.Status || o.Reason != c.Reason || o.ObservedGeneration != c.ObservedGeneration {
-			return true
+// statusChanges names what differs between two statuses: a field's JSON name, or a condition's
+// type with what changed in it ("Ready.status", "Ready.message").
+func statusChanges(old, cur cacheStatus) []string {
+	var out []string
+	for _, f := range []struct {
+		name string
+		same bool
+	}{
+		{"observedGeneration", old.ObservedGeneration == cur.ObservedGeneration},
+		{"readyReplicas", old.ReadyReplicas == cur.ReadyReplicas},
+		{"endpoint", old.Endpoint == cur.Endpoint},
+		{"readEndpoint", old.ReadEndpoint == cur.ReadEndpoint},
+		{"selector", old.Selector == cur.Selector},
+		{"primary", old.Primary == cur.Primary},
+		{"members", reflect.DeepEqual(old.Members, cur.Members)},
+	} {
+		if !f.same {
+			out = append(out, f.name)
 		}
 	}
-	return false
+	types := map[string]string{}
+	for _, c := range append(append([]metav1.Condition(nil), old.Conditions...), cur.Conditions...) {
+		types[c.Type] = c.Type
+	}
+	for _, t := range sortedKeys(types) {
+		o, c := meta.FindStatusCondition(old.Conditions, t), meta.FindStatusCondition(cur.Conditions, t)
+		switch {
+		case o == nil || c == nil:
+			out = append(out, t)
+		case o.Status != c.Status || o.Reason != c.Reason || o.ObservedGeneration != c.ObservedGeneration:
+			out = append(out, t+".status")
+		case o.Message != c.Message:
+			out = append(out, t+".message")
+		}
+	}
+	return out
+}
+
+// progress are the status changes that report progress only: the ready count, the members' roles
+// and lag, a condition's message. Every other change is one a user acts on (a condition's status
+// or reason, the generation observed, an endpoint, the primary) and is written at once.
+func progress(changes []string) bool {
+	for _, ch := range changes {
+		if ch != "readyReplicas" && ch != "members" && !strings.HasSuffix(ch, ".message") {
+			return false
+		}
+	}
+	return true
 }
 
 // statusProgressInterval is how often a cache's status is written for progress alone.
