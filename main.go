@@ -44,6 +44,7 @@ func main() {
 	hookService := flag.String("webhook-service", "", "NAMESPACE/NAME of the Service in front of the webhooks, when deployed in the cluster")
 	flag.DurationVar(&cfg.Webhook.CertLifetime, "webhook-cert-lifetime", 365*24*time.Hour, "lifetime of the webhook serving certificate (the CA lives 10x longer); renewed with a third left")
 	flag.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0: off)")
+	flag.BoolVar(&cfg.Profiling, "profiling", false, "serve Go's profiles (/debug/pprof/) on the metrics address")
 	flag.StringVar(&cfg.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0: off)")
 	flag.BoolVar(&cfg.LeaderElect, "leader-elect", false, "elect a leader through a Lease; only the leader reconciles")
 	flag.DurationVar(&cfg.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a lease is valid without renewal")

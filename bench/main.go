@@ -43,6 +43,7 @@ func main() {
 	clusterName := flag.String("cluster-name", "cache-bench", "the bench cluster's name")
 	reuse := flag.Bool("reuse", false, "measure on the cluster already running at -cluster-dir, and leave it running")
 	logDir := flag.String("logs", filepath.Join(root, ".bench-logs"), "folder of the operator's logs, kept after the cluster is gone")
+	profile := flag.Bool("profile", false, "run the operator with --profiling and save its heap profile after convergence into -logs")
 	keep := flag.Bool("keep", false, "leave the last bench cluster running")
 	operatorBin := flag.String("operator", filepath.Join(root, "bin", "cache-operator"), "the operator binary")
 	operatorArgs := flag.String("operator-args", "", "flags added to the operator's defaults (space-separated)")
@@ -63,7 +64,7 @@ func main() {
 		var measured []runResult
 		for r := 1; r <= *runs; r++ {
 			cfg := runConfig{root: root, clusterDir: *clusterDir, clusterName: *clusterName, reuse: *reuse, n: n,
-				foreign: *foreign, run: r, idle: *idle, logDir: *logDir, operatorBin: *operatorBin, operatorArgs: strings.Fields(*operatorArgs)}
+				foreign: *foreign, run: r, idle: *idle, logDir: *logDir, profile: *profile, operatorBin: *operatorBin, operatorArgs: strings.Fields(*operatorArgs)}
 			if !*reuse {
 				logf("N=%d run %d: a fresh cluster %s (KWOK nodes, client limits lifted)", n, r, *clusterName)
 				if err := clusterScript(cfg, "down"); err != nil {

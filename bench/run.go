@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -61,6 +62,7 @@ type runConfig struct {
 	run          int
 	idle         time.Duration
 	logDir       string // the operator's log: operator-n<N>-f<foreign>-run<run>.log
+	profile      bool   // save the operator's heap profiles (--profiling) into logDir
 	operatorBin  string
 	operatorArgs []string
 }
@@ -300,6 +302,9 @@ func startOperator(cfg runConfig, kubeconfig string) (*operatorProcess, error) {
 	args := append([]string{"--kubeconfig", kubeconfig, "--member-networks", framework.MemberNetworks,
 		"--webhook-port", ports[0], "--metrics-bind-address", "127.0.0.1:" + ports[1],
 		"--health-probe-bind-address", "127.0.0.1:" + ports[2]}, cfg.operatorArgs...)
+	if cfg.profile {
+		args = append(args, "--profiling")
+	}
 	cmd := exec.Command(cfg.operatorBin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
@@ -321,6 +326,27 @@ func startOperator(cfg runConfig, kubeconfig string) (*operatorProcess, error) {
 		op.stop()
 	}
 	return op, err
+}
+
+// saveProfile saves the operator's heap profile (it serves them with --profiling).
+func saveProfile(op *operatorProcess, path string) {
+	resp, err := http.Get("http://" + op.metrics + "/debug/pprof/heap")
+	if err != nil {
+		logf("heap profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		logf("heap profile: %v", err)
+		return
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		logf("heap profile: %v", err)
+		return
+	}
+	logf("heap profile saved: %s", path)
 }
 
 func (o *operatorProcess) stop() {
@@ -644,6 +670,9 @@ func measure(ctx context.Context, cfg runConfig) (*runResult, error) {
 		return nil, err
 	}
 	logf("N=%d: converged; operator requests: %s", cfg.n, res.Converge.describe())
+	if cfg.profile {
+		saveProfile(op, filepath.Join(cfg.logDir, fmt.Sprintf("heap-n%d-f%d-run%d-converged.pprof", cfg.n, cfg.foreign, cfg.run)))
+	}
 
 	// 2. Idle: nothing changes, so nothing should be sent. (An observation window, not a wait.)
 	idleStart := time.Now()

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -66,6 +67,8 @@ type Config struct {
 	Webhook webhook.Options
 	// MetricsAddr and HealthAddr are the listen addresses of /metrics and of the probes ("": off).
 	MetricsAddr, HealthAddr string
+	// Profiling serves Go's profiles (/debug/pprof/) beside /metrics.
+	Profiling bool
 	// LeaderElect turns on leader election with these timings.
 	LeaderElect                               bool
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
@@ -149,7 +152,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			err = failed
 		}
 	}()
-	serve(ctx, &wg, fail, "metrics", cfg.MetricsAddr, metricsMux())
+	serve(ctx, &wg, fail, "metrics", cfg.MetricsAddr, metricsMux(cfg.Profiling))
 	// Ready means the webhooks serve: that is what the Service in front of them needs, and all it
 	// needs. It must not wait for the informers: while caches are still stored in an older
 	// version, listing them needs the conversion webhook, which the API server reaches through
@@ -287,9 +290,17 @@ func serve(ctx context.Context, wg *sync.WaitGroup, fail func(error), name, addr
 	}()
 }
 
-func metricsMux() http.Handler {
+// metricsMux serves /metrics and, with profiling, Go's profiles under /debug/pprof/ (heap, CPU,
+// goroutines: what `go tool pprof http://ADDR/debug/pprof/heap` reads).
+func metricsMux(profiling bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	if profiling {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 
