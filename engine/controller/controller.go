@@ -176,7 +176,8 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 		}
 		inf := labelled.ForResource(gvr).Informer()
 		// The drift check reads the operator's own managedFields entry; nothing reads the others'.
-		if err := inf.SetTransform(keepManagedFieldsOf(api.FieldManager)); err != nil {
+		// The rest is kept as JSON, a fraction of the size of nested maps.
+		if err := inf.SetTransform(compactChildOf(api.FieldManager)); err != nil {
 			return nil, err
 		}
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -369,7 +370,8 @@ func (c *Controller) enqueueOwner(obj interface{}) {
 	}
 }
 
-// child returns the live child of kind gvk named namespace/name from the informer cache.
+// child returns the live child of kind gvk named namespace/name from the informer cache: a copy
+// of its own, decoded from what the cache holds.
 func (c *Controller) child(gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, error) {
 	for _, k := range c.children {
 		if k.gvk != gvk {
@@ -379,7 +381,7 @@ func (c *Controller) child(gvk schema.GroupVersionKind, namespace, name string) 
 		if err != nil || !exists {
 			return nil, err
 		}
-		return obj.(*unstructured.Unstructured), nil
+		return decodeChild(obj)
 	}
 	return nil, fmt.Errorf("%s is not a watched child kind", gvk)
 }
@@ -437,6 +439,57 @@ func (c *Controller) learnServerDefaults(ctx context.Context) {
 		learned++
 	}
 	klog.V(2).InfoS("Learned the API server's defaults", "samples", learned)
+}
+
+// compactChild is how the child informers hold an object: the metadata that keys it and routes
+// its events (name, namespace, UID, resourceVersion, labels, owner references), and the object
+// itself as the JSON the API server sent, with only manager's managedFields entry. JSON takes a
+// fraction of the memory of the same object as nested maps (a StatefulSet: about 6 KiB against
+// about 30); a reconcile decodes the few children it reads.
+type compactChild struct {
+	metav1.ObjectMeta
+	raw []byte
+}
+
+// compactChildOf is the child informers' transform: keepManagedFieldsOf(manager), then compact.
+func compactChildOf(manager string) cache.TransformFunc {
+	keep := keepManagedFieldsOf(manager)
+	return func(obj interface{}) (interface{}, error) {
+		if _, done := obj.(*compactChild); done {
+			return obj, nil
+		}
+		obj, err := keep(obj)
+		if err != nil {
+			return nil, err
+		}
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil
+		}
+		raw, err := u.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		return &compactChild{ObjectMeta: metav1.ObjectMeta{
+			Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(),
+			Labels: u.GetLabels(), OwnerReferences: u.GetOwnerReferences(),
+		}, raw: raw}, nil
+	}
+}
+
+// decodeChild returns what a child informer holds as an object of its own.
+func decodeChild(obj interface{}) (*unstructured.Unstructured, error) {
+	switch o := obj.(type) {
+	case *compactChild:
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(o.raw); err != nil {
+			return nil, fmt.Errorf("decoding %s/%s from the informer cache: %w", o.Namespace, o.Name, err)
+		}
+		return u, nil
+	case *unstructured.Unstructured:
+		return o, nil
+	}
+	return nil, fmt.Errorf("unexpected object in a child informer: %T", obj)
 }
 
 func keepManagedFieldsOf(manager string) cache.TransformFunc {

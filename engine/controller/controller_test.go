@@ -11,6 +11,7 @@ import (
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/render"
 	"example.com/cache-operator/templates"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -471,5 +472,50 @@ func TestStatusWritesArePaced(t *testing.T) {
 	w.forget("a")
 	if d := w.wait("a", now); d != 0 {
 		t.Errorf("a forgotten cache waits %v", d)
+	}
+}
+
+// The child informers keep an object as its metadata and its JSON: keyed and routed like the
+// object, and decoded back to it (with the operator's managedFields entry only).
+func TestCompactChildRoundTrip(t *testing.T) {
+	renderer, err := render.NewRenderer(templates.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := renderer.Samples("shop", "sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	transform := compactChildOf(api.FieldManager)
+	for _, o := range objs {
+		o.SetResourceVersion("42")
+		o.SetOwnerReferences([]metav1.OwnerReference{api.OwnerReference(newCache("sessions"))})
+		o.SetManagedFields([]metav1.ManagedFieldsEntry{
+			{Manager: api.FieldManager, Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}},
+			{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{}}`)}},
+		})
+		want := o.DeepCopy()
+		want.SetManagedFields(want.GetManagedFields()[:1])
+		stored, err := transform(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, _ := transform(stored); again != stored {
+			t.Errorf("%s: transforming a stored object again changed it", o.GetKind())
+		}
+		key, err := cache.MetaNamespaceKeyFunc(stored)
+		if err != nil || key != "shop/"+o.GetName() {
+			t.Errorf("%s: key %q, %v", o.GetKind(), key, err)
+		}
+		if ref := metav1.GetControllerOfNoCopy(stored.(metav1.Object)); ref == nil || ref.Name != "sessions" {
+			t.Errorf("%s: owner reference lost: %v", o.GetKind(), ref)
+		}
+		got, err := decodeChild(stored)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equality.Semantic.DeepEqual(got.Object, want.Object) {
+			t.Errorf("%s: decoded %v\nwant %v", o.GetKind(), got.Object, want.Object)
+		}
 	}
 }
