@@ -3,15 +3,16 @@
 // BENCHMARKS.md. `make bench` runs it (N=100 by default; N=100,300,1000 for the scaling runs,
 // FOREIGN=10000 for foreign load).
 //
-// For each N it creates a fresh cluster (hack/cluster/cluster.sh with KWOK nodes only and the
-// client limits of kube-controller-manager, kube-scheduler and the API server lifted), runs the
-// operator as its ServiceAccount with default flags, and measures:
+// Each run measures the oracle on a fresh cluster (hack/cluster/cluster.sh with KWOK nodes only and
+// the client limits of kube-controller-manager, kube-scheduler and the API server lifted), then,
+// on another fresh one, runs the operator as its ServiceAccount with default flags and measures:
 //  1. N caches (sizes 1-3) created at once: seconds until every one is Ready;
 //  2. the operator's requests by verb and resource, from the API server's audit log;
 //  3. an idle window after convergence: requests while nothing changes;
 //  4. a rolling change of every cache (the eviction policy): seconds, writes;
 //  5. the operator's peak RSS (VmHWM), peak Go heap and CPU seconds;
-//  6. the oracle: the same children applied directly in another namespace, no operator running.
+//
+// The oracle: the same children applied directly, no operator, until every StatefulSet is ready.
 //
 // It prints one table, merges the medians into bench/results/latest.json, draws
 // bench/results/ready-n<N>.png, and rewrites the results section of BENCHMARKS.md.
@@ -65,15 +66,6 @@ func main() {
 		for r := 1; r <= *runs; r++ {
 			cfg := runConfig{root: root, clusterDir: *clusterDir, clusterName: *clusterName, reuse: *reuse, n: n,
 				foreign: *foreign, run: r, idle: *idle, logDir: *logDir, profile: *profile, operatorBin: *operatorBin, operatorArgs: strings.Fields(*operatorArgs)}
-			if !*reuse {
-				logf("N=%d run %d: a fresh cluster %s (KWOK nodes, client limits lifted)", n, r, *clusterName)
-				if err := clusterScript(cfg, "down"); err != nil {
-					fail(err)
-				}
-				if err := clusterScript(cfg, "up"); err != nil {
-					fail(err)
-				}
-			}
 			res, err := measure(ctx, cfg)
 			if err != nil {
 				fail(fmt.Errorf("N=%d run %d: %w (operator logs in %s)", n, r, err, *logDir))

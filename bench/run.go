@@ -555,82 +555,105 @@ func relabel(obj map[string]interface{}, path ...string) {
 	_ = unstructured.SetNestedStringMap(obj, l, path...)
 }
 
-// measure runs one benchmark run on a running cluster and returns what it measured.
-func measure(ctx context.Context, cfg runConfig) (*runResult, error) {
+// connect connects to the bench cluster with the bench's own requests unthrottled.
+func connect(cfg runConfig) (*framework.Cluster, error) {
 	c, err := framework.Connect(cfg.clusterDir, cfg.clusterName, "cache-bench")
 	if err != nil {
 		return nil, err
 	}
-	c.Config.QPS = -1 // the bench's own requests are not throttled
+	c.Config.QPS = -1
 	if c.Kube, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return nil, err
 	}
 	if c.Dynamic, err = dynamic.NewForConfig(c.Config); err != nil {
 		return nil, err
 	}
-	res := &runResult{N: cfg.n, Foreign: cfg.foreign, Run: cfg.run}
+	return c, nil
+}
+
+// prepare gives the cluster room for the caches' pods (and, with reuse, the oracle's too),
+// a KWOK namespace named after prefix, and the foreign objects. It returns the namespace and a
+// cleanup that, with reuse, leaves the cluster as it was found.
+func prepare(ctx context.Context, cfg runConfig, c *framework.Cluster, prefix string) (string, func(), error) {
 	var pods int64
 	for i := 0; i < cfg.n; i++ {
 		pods += sizeOf(i)
 	}
-	addedNodes, err := kwokCapacity(ctx, c, 2*pods) // the operator's caches and the oracle's
+	if cfg.reuse {
+		pods *= 2 // the oracle's pods stay while the operator's come
+	}
+	var namespaces []string
+	var addedNodes []string
+	cleanup := func() {
+		if !cfg.reuse {
+			return
+		}
+		for _, ns := range namespaces {
+			_ = c.Kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+		}
+		for _, n := range addedNodes {
+			_ = c.Kube.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{})
+		}
+	}
+	var err error
+	if addedNodes, err = kwokCapacity(ctx, c, pods); err != nil {
+		return "", cleanup, err
+	}
+	ns, err := kwokNamespace(ctx, c, prefix)
 	if err != nil {
-		return nil, err
+		return "", cleanup, err
 	}
-	if err := install(ctx, c); err != nil {
-		return nil, err
-	}
-	kubeconfig, err := saKubeconfig(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	opNS, err := kwokNamespace(ctx, c, "bench-operator")
-	if err != nil {
-		return nil, err
-	}
-	oracleNS, err := kwokNamespace(ctx, c, "bench-oracle")
-	if err != nil {
-		return nil, err
-	}
-	namespaces := []string{opNS, oracleNS}
+	namespaces = append(namespaces, ns)
 	if cfg.foreign > 0 {
-		foreignNS, err := kwokNamespace(ctx, c, "bench-foreign")
+		foreignNS, err := kwokNamespace(ctx, c, prefix+"-foreign")
 		if err != nil {
-			return nil, err
+			return "", cleanup, err
 		}
 		namespaces = append(namespaces, foreignNS)
 		start := time.Now()
 		if err := c.CreateForeignObjects(ctx, foreignNS, cfg.foreign); err != nil {
-			return nil, err
+			return "", cleanup, err
 		}
 		logf("%d foreign objects (Secrets, Services, StatefulSets) created in %s", cfg.foreign, time.Since(start).Round(time.Second))
 	}
-	if cfg.reuse { // leave the cluster as it was found
-		defer func() {
-			for _, ns := range namespaces {
-				_ = c.Kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
-			}
-			for _, n := range addedNodes {
-				_ = c.Kube.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{})
-			}
-		}()
+	return ns, cleanup, nil
+}
+
+// measureOperator runs the operator's half of a run on a running cluster: N caches until Ready,
+// its requests, an idle window, a rolling change, its memory and CPU.
+func measureOperator(ctx context.Context, cfg runConfig, res *runResult) error {
+	c, err := connect(cfg)
+	if err != nil {
+		return err
+	}
+	opNS, cleanup, err := prepare(ctx, cfg, c, "bench-operator")
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	if err := install(ctx, c); err != nil {
+		return err
+	}
+	kubeconfig, err := saKubeconfig(ctx, c)
+	if err != nil {
+		return err
 	}
 	timeout := 10*time.Minute + time.Duration(cfg.n)*600*time.Millisecond
 
 	caches, err := track(ctx, c, api.Resource, opNS, cacheReady)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	audit := newAuditReader(c.AuditLogPath(), operatorUser)
 	if err := audit.skipToEnd(); err != nil {
-		return nil, err
+		return err
 	}
 
 	// 1. The operator: N caches at once, until every one is Ready.
 	opStart := time.Now()
 	op, err := startOperator(cfg, kubeconfig)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer op.stop()
 	pid := op.cmd.Process.Pid
@@ -641,33 +664,33 @@ func measure(ctx context.Context, cfg runConfig) (*runResult, error) {
 		names[i] = cacheName(i)
 		gens[names[i]] = 1
 	}
-	logf("N=%d: creating %d caches (sizes 1-3, %d pods)", cfg.n, cfg.n, pods)
+	logf("N=%d: creating %d caches (sizes 1-3)", cfg.n, cfg.n)
 	start := time.Now()
 	err = parallel(cfg.n, func(i int) error {
 		_, err := c.Dynamic.Resource(api.Resource).Namespace(opNS).Create(ctx, cacheObject(opNS, i), metav1.CreateOptions{})
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating caches: %w", err)
+		return fmt.Errorf("creating caches: %w", err)
 	}
 	res.OperatorCurve, err = caches.waitAll(names, gens, start, timeout, "every cache Ready")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.OperatorS = res.OperatorCurve[len(res.OperatorCurve)-1]
 	logf("N=%d: all Ready in %.1fs", cfg.n, res.OperatorS)
 	converged, err := quiet(audit, start, 5*time.Second, 3*time.Minute)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.Converge = countRequests(audit.between(opStart, converged), opNS)
 	res.WritesPerCache = float64(res.Converge.InNamespace) / float64(cfg.n)
 	res.ReadsBeyondWatch = res.Converge.Reads
 	if res.CPUConvergeS, err = cpuSeconds(pid); err != nil {
-		return nil, err
+		return err
 	}
 	if res.ConvergedRSSMiB, _, err = memoryMiB(pid); err != nil {
-		return nil, err
+		return err
 	}
 	logf("N=%d: converged; operator requests: %s", cfg.n, res.Converge.describe())
 	if cfg.profile {
@@ -679,14 +702,14 @@ func measure(ctx context.Context, cfg runConfig) (*runResult, error) {
 	time.Sleep(cfg.idle)
 	idleEnd := time.Now()
 	if _, err := audit.poll(); err != nil {
-		return nil, err
+		return err
 	}
 	res.IdleWindowS = idleEnd.Sub(idleStart).Seconds()
 	res.Idle = countRequests(audit.between(idleStart, idleEnd), opNS)
 	res.IdleRequests = len(audit.between(idleStart, idleEnd))
 	cpuIdle, err := cpuSeconds(pid)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.CPUIdleS = cpuIdle - res.CPUConvergeS
 	logf("N=%d: %d requests in %.0fs idle", cfg.n, res.IdleRequests, res.IdleWindowS)
@@ -705,47 +728,66 @@ func measure(ctx context.Context, cfg runConfig) (*runResult, error) {
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("changing caches: %w", err)
+		return fmt.Errorf("changing caches: %w", err)
 	}
 	rollCurve, err := caches.waitAll(names, gens, rollStart, timeout, "every cache rolled and Ready")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.RollS = rollCurve[len(rollCurve)-1]
 	rolled, err := quiet(audit, rollStart, 5*time.Second, 3*time.Minute)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.Roll = countRequests(audit.between(rollStart, rolled), opNS)
 	res.RollWritesPerCache = float64(res.Roll.InNamespace) / float64(cfg.n)
 	cpuEnd, err := cpuSeconds(pid)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.CPURollS = cpuEnd - cpuIdle
 	res.CPUS = cpuEnd
 	if _, res.PeakRSSMiB, err = memoryMiB(pid); err != nil {
-		return nil, err
+		return err
 	}
 	res.PeakHeapMiB = samples.stop()
 	op.stop()
 	logf("N=%d: rolled in %.1fs; operator requests: %s", cfg.n, res.RollS, res.Roll.describe())
+	return nil
+}
 
-	// 4. The oracle: the same children, rendered by the engine and applied directly, no operator.
+// measureOracle runs the oracle: the same children, rendered by the engine and applied directly
+// (server-side apply, creators caches in flight), no operator; seconds until every StatefulSet
+// reports all its pods ready and up to date.
+func measureOracle(ctx context.Context, cfg runConfig, res *runResult) error {
+	c, err := connect(cfg)
+	if err != nil {
+		return err
+	}
+	oracleNS, cleanup, err := prepare(ctx, cfg, c, "bench-oracle")
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	timeout := 10*time.Minute + time.Duration(cfg.n)*600*time.Millisecond
+	names := make([]string, cfg.n)
+	for i := range names {
+		names[i] = cacheName(i)
+	}
 	renderer, err := render.NewRenderer(templates.FS)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.Kube.Discovery()))
 	sets, err := track(ctx, c, statefulSets, oracleNS, statefulSetReady)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	oracleGens := map[string]int64{}
 	for _, name := range names {
 		oracleGens[name] = 1
 	}
-	start = time.Now()
+	start := time.Now()
 	err = parallel(cfg.n, func(i int) error {
 		objs, err := oracleChildren(renderer, oracleNS, i)
 		if err != nil {
@@ -769,14 +811,45 @@ func measure(ctx context.Context, cfg runConfig) (*runResult, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("the oracle: %w", err)
+		return fmt.Errorf("the oracle: %w", err)
 	}
 	res.OracleCurve, err = sets.waitAll(names, oracleGens, start, timeout, "every oracle StatefulSet ready")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.OracleS = res.OracleCurve[len(res.OracleCurve)-1]
+	logf("N=%d: oracle all ready in %.1fs", cfg.n, res.OracleS)
+	return nil
+}
+
+// measure is one run: the oracle on a fresh cluster, then the operator on another fresh one, so
+// that neither works beside the other's pods (with reuse, both in the running cluster, oracle
+// first).
+func measure(ctx context.Context, cfg runConfig) (*runResult, error) {
+	res := &runResult{N: cfg.n, Foreign: cfg.foreign, Run: cfg.run}
+	fresh := func(what string) error {
+		if cfg.reuse {
+			return nil
+		}
+		logf("N=%d run %d, %s: a fresh cluster %s (KWOK nodes, client limits lifted)", cfg.n, cfg.run, what, cfg.clusterName)
+		if err := clusterScript(cfg, "down"); err != nil {
+			return err
+		}
+		return clusterScript(cfg, "up")
+	}
+	if err := fresh("oracle"); err != nil {
+		return nil, err
+	}
+	if err := measureOracle(ctx, cfg, res); err != nil {
+		return nil, fmt.Errorf("the oracle: %w", err)
+	}
+	if err := fresh("operator"); err != nil {
+		return nil, err
+	}
+	if err := measureOperator(ctx, cfg, res); err != nil {
+		return nil, fmt.Errorf("the operator: %w", err)
+	}
 	res.Ratio = res.OperatorS / res.OracleS
-	logf("N=%d: oracle all ready in %.1fs (ratio %.3f)", cfg.n, res.OracleS, res.Ratio)
+	logf("N=%d run %d: operator %.1fs, oracle %.1fs, ratio %.3f", cfg.n, cfg.run, res.OperatorS, res.OracleS, res.Ratio)
 	return res, nil
 }
