@@ -452,8 +452,9 @@ func TestStatusWritesArePaced(t *testing.T) {
 		name string
 		cur  cacheStatus
 		want bool
-	}{{"ready count and message", moved, false}, {"Ready flips", ready, true}, {"generation", newGen, true}, {"primary", newPrimary, true}} {
-		if got := !progress(statusChanges(base, tc.cur)); got != tc.want {
+	}{{"ready count and message", moved, false}, {"Ready flips", ready, true}, {"generation", newGen, true},
+		{"primary of a cache not Ready", newPrimary, false}} {
+		if got := !progress(statusChanges(base, tc.cur), isReady(base) || isReady(tc.cur)); got != tc.want {
 			t.Errorf("%s: changes %v written at once %v, want %v", tc.name, statusChanges(base, tc.cur), got, tc.want)
 		}
 	}
@@ -468,6 +469,14 @@ func TestStatusWritesArePaced(t *testing.T) {
 	}
 	if d := w.wait("a", now.Add(statusProgressInterval)); d != 0 {
 		t.Errorf("a progress write after the interval waits %v", d)
+	}
+	readyBase := base
+	readyBase.Conditions = append([]metav1.Condition(nil), base.Conditions...)
+	readyBase.setReady(1, true, ReasonAllReplicasReady, "3/3 replicas ready")
+	failedOver := readyBase
+	failedOver.Primary = "c-1"
+	if progress(statusChanges(readyBase, failedOver), true) {
+		t.Error("a Ready cache's new primary is paced; want it written at once")
 	}
 	w.forget("a")
 	if d := w.wait("a", now); d != 0 {

@@ -258,8 +258,9 @@ func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructu
 		return err
 	}
 	key := mc.GetNamespace() + "/" + mc.GetName()
-	changed := statusChanges(statusOf(mc), s)
-	if progress(changed) {
+	old := statusOf(mc)
+	changed := statusChanges(old, s)
+	if progress(changed, isReady(old) || isReady(s)) {
 		if wait := c.statusWrites.wait(key, time.Now()); wait > 0 {
 			c.queue.AddAfter(key, wait)
 			return nil
@@ -318,16 +319,25 @@ func statusChanges(old, cur cacheStatus) []string {
 	return out
 }
 
-// progress are the status changes that report progress only: the ready count, the members' roles
-// and lag, a condition's message. Every other change is one a user acts on (a condition's status
-// or reason, the generation observed, an endpoint, the primary) and is written at once.
-func progress(changes []string) bool {
+// progress reports whether status changes report progress only: the ready count, the members'
+// roles and lag, a condition's message, and the primary of a cache that is not Ready (yet).
+// Every other change is one a user acts on (a condition's status or reason, the generation
+// observed, an endpoint, a Ready cache's primary) and is written at once.
+func progress(changes []string, ready bool) bool {
 	for _, ch := range changes {
-		if ch != "readyReplicas" && ch != "members" && !strings.HasSuffix(ch, ".message") {
+		switch {
+		case ch == "readyReplicas", ch == "members", strings.HasSuffix(ch, ".message"):
+		case ch == "primary" && !ready:
+		default:
 			return false
 		}
 	}
 	return true
+}
+
+// isReady reports whether a status says Ready.
+func isReady(s cacheStatus) bool {
+	return meta.IsStatusConditionTrue(s.Conditions, ConditionReady)
 }
 
 // statusProgressInterval is how often a cache's status is written for progress alone.
