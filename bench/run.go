@@ -562,6 +562,10 @@ func connect(cfg runConfig) (*framework.Cluster, error) {
 		return nil, err
 	}
 	c.Config.QPS = -1
+	// A dialer of its own keeps client-go from reusing a transport it cached for the previous
+	// cluster of the same name (the key is the kubeconfig's certificate file paths, and a fresh
+	// cluster has a new CA at the same path).
+	c.Config.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	if c.Kube, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return nil, err
 	}
