@@ -463,7 +463,13 @@ func TestStatusWritesArePaced(t *testing.T) {
 	if d := w.wait("a", now); d != 0 {
 		t.Errorf("first write waits %v", d)
 	}
-	w.wrote("a", now)
+	w.wrote("a", now, "10", "11")
+	if rv := w.current("a", "10"); rv != "11" {
+		t.Errorf("the cache still shows resourceVersion 10, which our write replaced with 11: update %s, want 11", rv)
+	}
+	if rv := w.current("a", "12"); rv != "12" {
+		t.Errorf("the cache shows 12: update %s, want 12", rv)
+	}
 	if d := w.wait("a", now.Add(300*time.Millisecond)); d != statusProgressInterval-300*time.Millisecond {
 		t.Errorf("a progress write 300ms after the last waits %v", d)
 	}

@@ -266,11 +266,15 @@ func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructu
 			return nil
 		}
 	}
-	_, err = c.client.Resource(api.Resource).Namespace(mc.GetNamespace()).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: api.FieldManager})
+	// The cache may not show our previous status write yet: then that write's resourceVersion
+	// is the one to update (the cache's would be refused as a conflict).
+	base := mc.GetResourceVersion()
+	updated.SetResourceVersion(c.statusWrites.current(key, base))
+	out, err := c.client.Resource(api.Resource).Namespace(mc.GetNamespace()).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: api.FieldManager})
 	if err != nil {
 		return fmt.Errorf("ManagedCache/%s/%s: writing status: %w", mc.GetNamespace(), mc.GetName(), err)
 	}
-	c.statusWrites.wrote(key, time.Now())
+	c.statusWrites.wrote(key, time.Now(), base, out.GetResourceVersion())
 	ready := "Unknown"
 	for _, cond := range s.Conditions {
 		if cond.Type == ConditionReady {
@@ -343,10 +347,26 @@ func isReady(s cacheStatus) bool {
 // statusProgressInterval is how often a cache's status is written for progress alone.
 const statusProgressInterval = time.Second
 
-// statusWrites remembers when each cache's status was last written.
+// statusWrites remembers when each cache's status was last written, and the resourceVersion it
+// wrote over and the one it got, until the informer cache shows the write.
 type statusWrites struct {
 	mu   sync.Mutex
 	last map[string]time.Time
+	rv   map[string][2]string // key: {resourceVersion written over, resourceVersion written}
+}
+
+// current returns the resourceVersion to update: the one our last write got while the informer
+// cache still shows the one it wrote over, else the cache's.
+func (w *statusWrites) current(key, cached string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rv, ok := w.rv[key]; ok {
+		if rv[0] == cached {
+			return rv[1]
+		}
+		delete(w.rv, key) // the cache has caught up (or someone else wrote)
+	}
+	return cached
 }
 
 // wait returns how long a progress write of key must wait (0: it may be written now).
@@ -361,13 +381,16 @@ func (w *statusWrites) wait(key string, now time.Time) time.Duration {
 	return 0
 }
 
-func (w *statusWrites) wrote(key string, now time.Time) {
+func (w *statusWrites) wrote(key string, now time.Time, from, to string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.last == nil {
-		w.last = map[string]time.Time{}
+		w.last, w.rv = map[string]time.Time{}, map[string][2]string{}
 	}
 	w.last[key] = now
+	if from != "" && to != "" {
+		w.rv[key] = [2]string{from, to}
+	}
 }
 
 // forget drops a deleted cache.
@@ -375,6 +398,7 @@ func (w *statusWrites) forget(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.last, key)
+	delete(w.rv, key)
 }
 
 // sortForApply puts Secrets first (the StatefulSet's pods need them), keeping template order
