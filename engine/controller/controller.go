@@ -17,6 +17,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -470,6 +471,7 @@ func compactChildOf(manager string) cache.TransformFunc {
 		if err != nil {
 			return nil, err
 		}
+		raw = bytes.Clone(raw) // the encoder's buffer has up to twice the room
 		return &compactChild{ObjectMeta: metav1.ObjectMeta{
 			Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(),
 			Labels: u.GetLabels(), OwnerReferences: u.GetOwnerReferences(),
