@@ -592,7 +592,9 @@ func (c *Controller) deletePod(ctx context.Context, ns string, m memberState) er
 // and rolls go one ready member at a time, highest ordinal first.
 func (c *Controller) syncUnobserved(ctx context.Context, mc *unstructured.Unstructured, key string, spec api.Spec, members []memberState, updateRevision string) error {
 	primary := ""
-	allReady := true
+	// Whole: every wanted member has a pod (one deleted to roll it and not yet made anew does
+	// not count as ready) and every pod is ready.
+	allReady := len(members) >= int(spec.Replicas)
 	for _, m := range members {
 		if m.Label == api.RolePrimary && !m.Deleting {
 			primary = m.Name

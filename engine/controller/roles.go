@@ -231,6 +231,24 @@ func decideRoles(v roleView, lastPrimaryOffset int64) roleAction {
 			}
 		}
 	}
+	// Whole also means every wanted member has a pod that is not going away: a replica deleted to
+	// roll it and not yet made anew must not let the roll take the next one (or, with every
+	// replica gone, the primary).
+	present := map[int]bool{}
+	for _, m := range v.Members {
+		if m.Ordinal < v.Replicas && !m.Deleting {
+			present[m.Ordinal] = true
+		}
+	}
+	for i := 0; i < v.Replicas; i++ {
+		if !present[i] {
+			whole = false
+			if act.Degraded == "" {
+				act.Degraded, act.DegradedMessage = ReasonMemberUnreachable, fmt.Sprintf("member %d has no pod (or its pod is being deleted)", i)
+			}
+			break
+		}
+	}
 	if len(act.Follow) > 0 || len(act.Labels) > 0 || !whole {
 		return act
 	}

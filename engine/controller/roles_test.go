@@ -114,6 +114,16 @@ func TestDecideRoles(t *testing.T) {
 		{name: "roll: the replica with the highest ordinal first",
 			members:  []memberState{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 100, 5, true))},
 			revision: "r2", wantPrim: "c-0", del: "c-2", labels: map[string]string{}, degraded: ReasonRolling},
+		{name: "roll waits while a replica's pod is missing (deleted to roll it, not made anew yet)",
+			members:  []memberState{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true))},
+			replicas: 3, revision: "r2", wantPrim: "c-0", labels: map[string]string{}, degraded: ReasonMemberUnreachable},
+		{name: "roll waits while a replica's pod is being deleted",
+			members: func() []memberState {
+				ms := []memberState{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 100, 5, true))}
+				ms[2].Deleting = true
+				return ms
+			}(),
+			revision: "r2", wantPrim: "c-0", labels: map[string]string{}, degraded: ReasonMemberUnreachable},
 		{name: "roll waits while a replica is out of sync",
 			members:  []memberState{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 0, 0, false))},
 			revision: "r2", wantPrim: "c-0", labels: map[string]string{}, degraded: ReasonReplicaNotInSync},
