@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -165,7 +166,7 @@ func (c requestCounts) describe() string {
 	})
 	var parts []string
 	for _, k := range keys {
-		parts = append(parts, k+": "+itoa(c.ByVerb[k]))
+		parts = append(parts, k+": "+strconv.Itoa(c.ByVerb[k]))
 	}
 	return strings.Join(parts, ", ")
 }

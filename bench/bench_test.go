@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func TestMergeReplacesTheSameConfiguration(t *testing.T) {
 	got := merge(old, fresh)
 	var keys []string
 	for _, s := range got {
-		keys = append(keys, strings.Join([]string{itoa(s.N), itoa(s.Foreign), itoa(int(s.OperatorS))}, "/"))
+		keys = append(keys, strings.Join([]string{strconv.Itoa(s.N), strconv.Itoa(s.Foreign), strconv.Itoa(int(s.OperatorS))}, "/"))
 	}
 	if want := "100/0/9 300/0/1 100/10/3"; strings.Join(keys, " ") != want {
 		t.Errorf("merged %v, want %s", keys, want)
@@ -103,11 +104,11 @@ func TestAuditReaderKeepsOneUsersRequestsOnce(t *testing.T) {
 }
 
 func TestProcessStats(t *testing.T) {
-	cpu, err := cpuSeconds(os.Getpid())
+	cpu, err := framework.CPUSeconds(os.Getpid())
 	if err != nil || cpu < 0 {
 		t.Fatalf("cpuSeconds: %v, %v", cpu, err)
 	}
-	rss, peak, err := memoryMiB(os.Getpid())
+	rss, peak, err := framework.MemoryMiB(os.Getpid())
 	if err != nil || rss <= 0 || peak < rss {
 		t.Fatalf("memoryMiB: rss %v peak %v, %v", rss, peak, err)
 	}

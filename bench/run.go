@@ -371,7 +371,7 @@ func startSampler(op *operatorProcess) *sampler {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
-			if heap, err := metric(s.metrics, "go_memstats_heap_inuse_bytes"); err == nil {
+			if heap, err := framework.Metric(s.metrics, "go_memstats_heap_inuse_bytes"); err == nil {
 				s.mu.Lock()
 				s.peakHeap = max(s.peakHeap, heap/(1<<20))
 				s.mu.Unlock()
@@ -690,10 +690,10 @@ func measureOperator(ctx context.Context, cfg runConfig, res *runResult) error {
 	res.Converge = countRequests(audit.between(opStart, converged), opNS)
 	res.WritesPerCache = float64(res.Converge.InNamespace) / float64(cfg.n)
 	res.ReadsBeyondWatch = res.Converge.Reads
-	if res.CPUConvergeS, err = cpuSeconds(pid); err != nil {
+	if res.CPUConvergeS, err = framework.CPUSeconds(pid); err != nil {
 		return err
 	}
-	if res.ConvergedRSSMiB, _, err = memoryMiB(pid); err != nil {
+	if res.ConvergedRSSMiB, _, err = framework.MemoryMiB(pid); err != nil {
 		return err
 	}
 	logf("N=%d: converged; operator requests: %s", cfg.n, res.Converge.describe())
@@ -711,7 +711,7 @@ func measureOperator(ctx context.Context, cfg runConfig, res *runResult) error {
 	res.IdleWindowS = idleEnd.Sub(idleStart).Seconds()
 	res.Idle = countRequests(audit.between(idleStart, idleEnd), opNS)
 	res.IdleRequests = len(audit.between(idleStart, idleEnd))
-	cpuIdle, err := cpuSeconds(pid)
+	cpuIdle, err := framework.CPUSeconds(pid)
 	if err != nil {
 		return err
 	}
@@ -745,13 +745,13 @@ func measureOperator(ctx context.Context, cfg runConfig, res *runResult) error {
 	}
 	res.Roll = countRequests(audit.between(rollStart, rolled), opNS)
 	res.RollWritesPerCache = float64(res.Roll.InNamespace) / float64(cfg.n)
-	cpuEnd, err := cpuSeconds(pid)
+	cpuEnd, err := framework.CPUSeconds(pid)
 	if err != nil {
 		return err
 	}
 	res.CPURollS = cpuEnd - cpuIdle
 	res.CPUS = cpuEnd
-	if _, res.PeakRSSMiB, err = memoryMiB(pid); err != nil {
+	if _, res.PeakRSSMiB, err = framework.MemoryMiB(pid); err != nil {
 		return err
 	}
 	res.PeakHeapMiB = samples.stop()

@@ -1,14 +1,11 @@
 package operator
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,42 +19,6 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
-}
-
-// rssMiB reads a process's resident set size.
-func rssMiB(pid int) (float64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fields := strings.Fields(sc.Text()); len(fields) >= 2 && fields[0] == "VmRSS:" {
-			kb, err := strconv.ParseFloat(fields[1], 64)
-			return kb / 1024, err
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
-}
-
-// metricValue reads one unlabelled sample from a /metrics endpoint.
-func metricValue(addr, name string) (float64, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
-			fields := strings.Fields(line)
-			return strconv.ParseFloat(fields[len(fields)-1], 64)
-		}
-	}
-	return 0, fmt.Errorf("%s not exported", name)
 }
 
 func freeAddr(t *testing.T) string {
@@ -104,16 +65,16 @@ func TestMemoryDoesNotGrowWithForeignObjects(t *testing.T) {
 			if err != nil {
 				return false, "", err
 			}
-			depth, err := metricValue(metrics, "workqueue_depth")
+			depth, err := framework.Metric(metrics, "workqueue_depth")
 			if err != nil {
 				return false, "", err
 			}
-			rss, err = rssMiB(op.cmd.Process.Pid)
+			rss, err = framework.RSSMiB(op.cmd.Process.Pid)
 			return len(list.Items) == n && depth == 0, fmt.Sprintf("%d/%d StatefulSets, queue depth %v, RSS %.1f MiB", len(list.Items), n, depth, rss), err
 		})
 		// The highest RSS over a few seconds of quiet.
 		for i := 0; i < 10; i++ {
-			if r, err := rssMiB(op.cmd.Process.Pid); err == nil && r > rss {
+			if r, err := framework.RSSMiB(op.cmd.Process.Pid); err == nil && r > rss {
 				rss = r
 			}
 			time.Sleep(500 * time.Millisecond) // sampling, not synchronisation
@@ -121,7 +82,7 @@ func TestMemoryDoesNotGrowWithForeignObjects(t *testing.T) {
 		return rss
 	}
 	base := settled(fmt.Sprintf("%d caches reconciled", n))
-	heap, _ := metricValue(metrics, "go_memstats_heap_inuse_bytes")
+	heap, _ := framework.Metric(metrics, "go_memstats_heap_inuse_bytes")
 	t.Logf("%d caches reconciled in %v: operator RSS %.1f MiB, heap in use %.1f MiB", n, time.Since(start).Round(time.Second), base, heap/(1<<20))
 
 	fstart := time.Now()
@@ -130,7 +91,7 @@ func TestMemoryDoesNotGrowWithForeignObjects(t *testing.T) {
 	}
 	t.Logf("%d foreign objects (Secrets, headless Services, StatefulSets) created in %v", f, time.Since(fstart).Round(time.Second))
 	after := settled("the operator quiet again")
-	heap2, _ := metricValue(metrics, "go_memstats_heap_inuse_bytes")
+	heap2, _ := framework.Metric(metrics, "go_memstats_heap_inuse_bytes")
 	t.Logf("with %d foreign objects: operator RSS %.1f MiB (%+.1f MiB), heap in use %.1f MiB", f, after, after-base, heap2/(1<<20))
 	if after-base > 10 {
 		t.Errorf("the operator's RSS grew by %.1f MiB with %d objects that are not its own; want under 10 MiB", after-base, f)

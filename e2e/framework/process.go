@@ -1,4 +1,4 @@
-package main
+package framework
 
 import (
 	"bufio"
@@ -13,8 +13,8 @@ import (
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat (100 on Linux).
 const clockTicks = 100
 
-// cpuSeconds is the user and system CPU time a process has used.
-func cpuSeconds(pid int) (float64, error) {
+// CPUSeconds is the user and system CPU time a process has used.
+func CPUSeconds(pid int) (float64, error) {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
@@ -37,8 +37,8 @@ func cpuSeconds(pid int) (float64, error) {
 	return (utime + stime) / clockTicks, nil
 }
 
-// memoryMiB reads a process's resident set size now (VmRSS) and at its highest (VmHWM).
-func memoryMiB(pid int) (rss, peak float64, err error) {
+// MemoryMiB reads a process's resident set size now (VmRSS) and at its highest (VmHWM).
+func MemoryMiB(pid int) (rss, peak float64, err error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, 0, err
@@ -64,8 +64,9 @@ func memoryMiB(pid int) (rss, peak float64, err error) {
 	return rss, peak, nil
 }
 
-// metric reads one unlabelled sample from a Prometheus text endpoint.
-func metric(addr, name string) (float64, error) {
+// Metric reads the first sample of name (labelled or not) from the Prometheus text endpoint
+// http://addr/metrics.
+func Metric(addr, name string) (float64, error) {
 	client := http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -76,7 +77,7 @@ func metric(addr, name string) (float64, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, name+" ") {
+		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
 			fields := strings.Fields(line)
 			return strconv.ParseFloat(fields[len(fields)-1], 64)
 		}
@@ -84,4 +85,8 @@ func metric(addr, name string) (float64, error) {
 	return 0, fmt.Errorf("%s not exported by %s", name, addr)
 }
 
-func itoa(i int) string { return strconv.Itoa(i) }
+// RSSMiB reads a process's resident set size now.
+func RSSMiB(pid int) (float64, error) {
+	rss, _, err := MemoryMiB(pid)
+	return rss, err
+}
