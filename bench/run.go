@@ -354,7 +354,7 @@ func (o *operatorProcess) stop() {
 	_ = o.cmd.Wait()
 }
 
-// sampler follows the operator's memory, heap and CPU.
+// sampler follows the peak of the operator's Go heap (its /metrics, every second).
 type sampler struct {
 	mu       sync.Mutex
 	pid      int
