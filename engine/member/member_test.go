@@ -136,10 +136,14 @@ func TestRoleChangesOnRealServers(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // polling the servers, with a deadline
 		}
 	}
-	waitFor("the replica has the 10 keys and the primary counts it", func() (bool, string) {
+	waitFor("the replica has the 10 keys and the primary counts it online", func() (bool, string) {
 		r, err := ObserveWith(ctx, cb)
 		p, errP := ObserveWith(ctx, ca)
-		return err == nil && errP == nil && r.LinkUp && r.Keys == 10 && p.Replicas == 1, fmt.Sprintf("%+v %v; primary %+v %v", r, err, p, errP)
+		// FAILOVER needs the primary to see the replica online, which can come a moment after
+		// the replica reports its link up.
+		info, errI := ca.Info(ctx, "replication").Result()
+		return err == nil && errP == nil && errI == nil && r.LinkUp && r.Keys == 10 && p.Replicas == 1 && strings.Contains(info, "state=online"),
+			fmt.Sprintf("%+v %v; primary %+v %v", r, err, p, errP)
 	})
 
 	if err := Failover(ctx, ca, bHost, bPort, 5*time.Second); err != nil {
