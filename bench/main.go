@@ -24,9 +24,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"example.com/cache-operator/e2e/framework"
@@ -58,6 +60,18 @@ func main() {
 		}
 		sizes = append(sizes, n)
 	}
+	// Interrupted, the bench leaves nothing running: the operator dies with it (Pdeathsig), and
+	// the bench cluster is deleted unless it was there before (-reuse) or is to be kept.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig := <-signals
+		logf("%v: stopping", sig)
+		if !*reuse && !*keep {
+			_ = clusterScript(runConfig{root: root, clusterDir: *clusterDir, clusterName: *clusterName}, "down")
+		}
+		os.Exit(1)
+	}()
 	commit, _ := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
 	ctx := context.Background()
 	var fresh []summary

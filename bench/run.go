@@ -307,6 +307,8 @@ func startOperator(cfg runConfig, kubeconfig string) (*operatorProcess, error) {
 	}
 	cmd := exec.Command(cfg.operatorBin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	// If the bench dies, the operator goes with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
