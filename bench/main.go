@@ -82,6 +82,9 @@ func main() {
 				foreign: *foreign, run: r, idle: *idle, logDir: *logDir, profile: *profile, operatorBin: *operatorBin, operatorArgs: strings.Fields(*operatorArgs)}
 			res, err := measure(ctx, cfg)
 			if err != nil {
+				if !*reuse && !*keep { // -keep leaves it for a look
+					_ = clusterScript(cfg, "down")
+				}
 				fail(fmt.Errorf("N=%d run %d: %w (operator logs in %s)", n, r, err, *logDir))
 			}
 			measured = append(measured, *res)
