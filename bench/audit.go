@@ -129,18 +129,21 @@ type requestCounts struct {
 	ListWatch int            `json:"list_watch"`
 	Reads     int            `json:"reads_beyond_watch"`
 	ByVerb    map[string]int `json:"by_verb_resource"`
-	// InNamespace counts the writes to the caches' namespace: those that scale with the caches.
-	InNamespace int `json:"writes_in_cache_namespace"`
+	// InNamespace counts the writes to the caches' namespace: those that scale with the caches;
+	// InNamespaceByVerb the same by verb and resource.
+	InNamespace       int            `json:"writes_in_cache_namespace"`
+	InNamespaceByVerb map[string]int `json:"writes_in_cache_namespace_by_verb_resource"`
 }
 
 func countRequests(reqs []request, ns string) requestCounts {
-	c := requestCounts{ByVerb: map[string]int{}}
+	c := requestCounts{ByVerb: map[string]int{}, InNamespaceByVerb: map[string]int{}}
 	for _, r := range reqs {
 		switch r.kind() {
 		case "write":
 			c.Writes++
 			if r.namespace == ns {
 				c.InNamespace++
+				c.InNamespaceByVerb[strings.ToUpper(r.verb)+" "+r.resource]++
 			}
 		case "listwatch":
 			c.ListWatch++
