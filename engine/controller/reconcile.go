@@ -260,7 +260,7 @@ func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructu
 	key := mc.GetNamespace() + "/" + mc.GetName()
 	old := statusOf(mc)
 	changed := statusChanges(old, s)
-	if progress(changed, isReady(old) || isReady(s), old.Primary == "") {
+	if progress(changed, isReady(old) || isReady(s)) {
 		if wait := c.statusWrites.wait(key, time.Now()); wait > 0 {
 			c.queue.AddAfter(key, wait)
 			return nil
@@ -324,15 +324,14 @@ func statusChanges(old, cur cacheStatus) []string {
 }
 
 // progress reports whether status changes report progress only: the ready count, the members'
-// roles and lag, a condition's message, the primary of a cache that is not Ready (yet), and a
-// first primary. Every other change is one a user acts on (a condition's status or reason, the
-// generation observed, an endpoint, a Ready cache's primary replaced or gone) and is written at
-// once.
-func progress(changes []string, ready, firstPrimary bool) bool {
+// roles and lag, a condition's message, and the primary of a cache that is not Ready (yet).
+// Every other change is one a user acts on (a condition's status or reason, the generation
+// observed, an endpoint, a Ready cache's primary) and is written at once.
+func progress(changes []string, ready bool) bool {
 	for _, ch := range changes {
 		switch {
 		case ch == "readyReplicas", ch == "members", strings.HasSuffix(ch, ".message"):
-		case ch == "primary" && (!ready || firstPrimary):
+		case ch == "primary" && !ready:
 		default:
 			return false
 		}
