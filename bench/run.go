@@ -741,8 +741,12 @@ func measureOperator(ctx context.Context, cfg runConfig, res *runResult) error {
 		return err
 	}
 	res.RollS = rollCurve[len(rollCurve)-1]
-	rolled, err := quiet(audit, rollStart, 5*time.Second, 3*time.Minute)
-	if err != nil {
+	// The roll's requests: until 5 s after the last cache was Ready at its new generation. (Not
+	// "until quiet": under load, KWOK deletes a StatefulSet pod made anew by name, mistaking it
+	// for the one deleted before, and the operator answers each of those deletions.)
+	rolled := rollStart.Add(time.Duration(res.RollS*float64(time.Second)) + 5*time.Second)
+	time.Sleep(time.Until(rolled)) // the end of a measured window, not a synchronisation
+	if _, err := audit.poll(); err != nil {
 		return err
 	}
 	res.Roll = countRequests(audit.between(rollStart, rolled), opNS)
