@@ -106,6 +106,9 @@ func logf(format string, args ...interface{}) {
 	fmt.Printf("bench: "+format+"\n", args...)
 }
 
+// phaseTimeout bounds the wait for N caches (or the oracle's N StatefulSets) to be Ready.
+func phaseTimeout(n int) time.Duration { return 10*time.Minute + time.Duration(n)*600*time.Millisecond }
+
 // sizeOf is cache i's size: 1, 2 and 3 in turn.
 func sizeOf(i int) int64 { return int64(i%3 + 1) }
 
@@ -644,7 +647,7 @@ func measureOperator(ctx context.Context, cfg runConfig, res *runResult) error {
 	if err != nil {
 		return err
 	}
-	timeout := 10*time.Minute + time.Duration(cfg.n)*600*time.Millisecond
+	timeout := phaseTimeout(cfg.n)
 
 	caches, err := track(ctx, c, api.Resource, opNS, cacheReady)
 	if err != nil {
@@ -779,7 +782,7 @@ func measureOracle(ctx context.Context, cfg runConfig, res *runResult) error {
 	if err != nil {
 		return err
 	}
-	timeout := 10*time.Minute + time.Duration(cfg.n)*600*time.Millisecond
+	timeout := phaseTimeout(cfg.n)
 	names := make([]string, cfg.n)
 	for i := range names {
 		names[i] = cacheName(i)
