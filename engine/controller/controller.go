@@ -17,7 +17,6 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -95,6 +94,7 @@ type Controller struct {
 	cleanups []CleanupFunc
 
 	queue     workqueue.TypedRateLimitingInterface[string]
+	packer    *packer // the informers' compact forms (compact.go)
 	caches    cache.SharedIndexInformer
 	children  []childKind
 	factories []dynamicinformer.DynamicSharedInformerFactory
@@ -154,8 +154,14 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	})
 	c.factories = []dynamicinformer.DynamicSharedInformerFactory{all, labelled}
 
+	// The informers hold objects packed (compact.go), against a dictionary of sample children.
+	var err error
+	if c.packer, err = newSamplesPacker(renderer); err != nil {
+		return nil, err
+	}
+
 	c.caches = all.ForResource(api.Resource).Informer()
-	if err := c.caches.SetTransform(keepManagedFieldsOf("")); err != nil {
+	if err := c.caches.SetTransform(c.packer.cacheTransform()); err != nil {
 		return nil, err
 	}
 	if _, err := c.caches.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -176,15 +182,15 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 			return nil, fmt.Errorf("child kind %s: %w", gvk, err)
 		}
 		inf := labelled.ForResource(gvr).Informer()
-		// The drift check reads the operator's own managedFields entry; nothing reads the others'.
-		// The rest is kept as JSON, a fraction of the size of nested maps.
-		if err := inf.SetTransform(compactChildOf(api.FieldManager)); err != nil {
+		if err := inf.SetTransform(c.packer.childTransform(api.FieldManager)); err != nil {
 			return nil, err
 		}
+		readsStatus := gvk == statefulSetGVK // status is computed from the StatefulSet's
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: c.enqueueOwner,
 			UpdateFunc: func(old, cur interface{}) {
-				if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
+				o, n := old.(metav1.Object), cur.(metav1.Object)
+				if o.GetResourceVersion() != n.GetResourceVersion() && (readsStatus || !statusOnlyUpdate(o, n)) {
 					c.enqueueOwner(cur)
 				}
 			},
@@ -214,10 +220,8 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tomb.Obj
 			}
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				if ip, _, _ := unstructured.NestedString(u.Object, "status", "podIP"); ip != "" {
-					c.pool.Forget(c.addr(ip))
-				}
+			if p, ok := obj.(*memberPod); ok && p.ip != "" {
+				c.pool.Forget(c.addr(p.ip))
 			}
 		},
 	}); err != nil {
@@ -225,6 +229,16 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	}
 	metrics.RegisterFleet(c.countByReady)
 	return c, nil
+}
+
+// cache returns the ManagedCache key from the informer cache: a copy of its own.
+func (c *Controller) cache(key string) (*unstructured.Unstructured, bool, error) {
+	obj, exists, err := c.caches.GetIndexer().GetByKey(key)
+	if err != nil || !exists {
+		return nil, false, err
+	}
+	mc, err := c.packer.unpackObject(obj)
+	return mc, err == nil, err
 }
 
 // Reconciles returns how many reconciles have finished (for tests and metrics).
@@ -336,17 +350,25 @@ func (c *Controller) enqueue(obj interface{}) {
 // write must not cause a second pass). A resync (same resourceVersion) is enqueued: it is the
 // periodic full check.
 func (c *Controller) cacheUpdated(old, cur interface{}) {
-	o, n := old.(*unstructured.Unstructured), cur.(*unstructured.Unstructured)
-	if o.GetResourceVersion() != n.GetResourceVersion() &&
-		o.GetGeneration() == n.GetGeneration() &&
-		reflect.DeepEqual(o.GetLabels(), n.GetLabels()) &&
-		reflect.DeepEqual(o.GetAnnotations(), n.GetAnnotations()) &&
-		reflect.DeepEqual(o.GetFinalizers(), n.GetFinalizers()) &&
-		reflect.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences()) &&
-		o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) {
+	o, n := old.(metav1.Object), cur.(metav1.Object)
+	if o.GetResourceVersion() != n.GetResourceVersion() && statusOnlyUpdate(o, n) {
 		return
 	}
 	c.enqueue(cur)
+}
+
+// statusOnlyUpdate reports whether an update changed only what no reconcile reads: a cache's
+// status (the operator's own write), a child's status (a PodDisruptionBudget's counts move with
+// every member's readiness), or managedFields. A change of spec moves the generation; one of
+// metadata shows in the fields compared. A kind without a generation (Secret, Service) never
+// counts as status-only.
+func statusOnlyUpdate(old, cur metav1.Object) bool {
+	return cur.GetGeneration() != 0 && old.GetGeneration() == cur.GetGeneration() &&
+		reflect.DeepEqual(old.GetLabels(), cur.GetLabels()) &&
+		reflect.DeepEqual(old.GetAnnotations(), cur.GetAnnotations()) &&
+		reflect.DeepEqual(old.GetOwnerReferences(), cur.GetOwnerReferences()) &&
+		reflect.DeepEqual(old.GetFinalizers(), cur.GetFinalizers()) &&
+		old.GetDeletionTimestamp().Equal(cur.GetDeletionTimestamp())
 }
 
 // enqueueOwner enqueues the ManagedCache that controls a child; an orphan carrying a cache's
@@ -382,29 +404,37 @@ func (c *Controller) child(gvk schema.GroupVersionKind, namespace, name string) 
 		if err != nil || !exists {
 			return nil, err
 		}
-		return decodeChild(obj)
+		return c.packer.unpackObject(obj)
 	}
 	return nil, fmt.Errorf("%s is not a watched child kind", gvk)
+}
+
+// updateRevision returns the StatefulSet's status.updateRevision from the informer cache ("" if
+// there is none), without decoding the StatefulSet: a member pass reads it every time.
+func (c *Controller) updateRevision(namespace, name string) string {
+	for _, k := range c.children {
+		if k.gvk != statefulSetGVK {
+			continue
+		}
+		obj, _, _ := k.informer.GetIndexer().GetByKey(namespace + "/" + name)
+		if p, ok := obj.(*packedObject); ok {
+			return p.updateRevision
+		}
+	}
+	return ""
 }
 
 // countByReady counts the caches in the informer cache by the status of their Ready condition.
 func (c *Controller) countByReady() map[string]int {
 	counts := map[string]int{}
 	for _, obj := range c.caches.GetStore().List() {
-		status := "Unknown"
-		for _, cond := range statusOf(obj.(*unstructured.Unstructured)).Conditions {
-			if cond.Type == ConditionReady {
-				status = string(cond.Status)
-			}
+		if p, ok := obj.(*packedObject); ok {
+			counts[p.ready]++
 		}
-		counts[status]++
 	}
 	return counts
 }
 
-// keepManagedFieldsOf returns an informer transform that drops every managedFields entry except
-// manager's own on the main resource ("": drop all). Other managers' entries are often most of an
-// object's size, and the controller never reads them.
 // learnServerDefaults dry-run creates sample children, so that the drift check knows which fields
 // the API server fills in on create (a plain create records them as the operator's): without it,
 // every child created by an earlier process would look drifted and be applied once more. Each
@@ -440,83 +470,4 @@ func (c *Controller) learnServerDefaults(ctx context.Context) {
 		learned++
 	}
 	klog.V(2).InfoS("Learned the API server's defaults", "samples", learned)
-}
-
-// compactChild is how the child informers hold an object: the metadata that keys it and routes
-// its events (name, namespace, UID, resourceVersion, labels, owner references), and the object
-// itself as the JSON the API server sent, with only manager's managedFields entry. JSON takes a
-// fraction of the memory of the same object as nested maps (a StatefulSet: about 6 KiB against
-// about 30); a reconcile decodes the few children it reads.
-type compactChild struct {
-	metav1.ObjectMeta
-	raw []byte
-}
-
-// compactChildOf is the child informers' transform: keepManagedFieldsOf(manager), then compact.
-func compactChildOf(manager string) cache.TransformFunc {
-	keep := keepManagedFieldsOf(manager)
-	return func(obj interface{}) (interface{}, error) {
-		if _, done := obj.(*compactChild); done {
-			return obj, nil
-		}
-		obj, err := keep(obj)
-		if err != nil {
-			return nil, err
-		}
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return obj, nil
-		}
-		raw, err := u.MarshalJSON()
-		if err != nil {
-			return nil, err
-		}
-		raw = bytes.Clone(raw) // the encoder's buffer has up to twice the room
-		return &compactChild{ObjectMeta: metav1.ObjectMeta{
-			Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(),
-			Labels: u.GetLabels(), OwnerReferences: u.GetOwnerReferences(),
-		}, raw: raw}, nil
-	}
-}
-
-// decodeChild returns what a child informer holds as an object of its own.
-func decodeChild(obj interface{}) (*unstructured.Unstructured, error) {
-	switch o := obj.(type) {
-	case *compactChild:
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(o.raw); err != nil {
-			return nil, fmt.Errorf("decoding %s/%s from the informer cache: %w", o.Namespace, o.Name, err)
-		}
-		return u, nil
-	case *unstructured.Unstructured:
-		return o, nil
-	}
-	return nil, fmt.Errorf("unexpected object in a child informer: %T", obj)
-}
-
-func keepManagedFieldsOf(manager string) cache.TransformFunc {
-	return func(obj interface{}) (interface{}, error) {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return obj, nil
-		}
-		md, ok := u.Object["metadata"].(map[string]interface{})
-		if !ok {
-			return obj, nil
-		}
-		entries, _ := md["managedFields"].([]interface{})
-		var kept []interface{}
-		for _, e := range entries {
-			m, _ := e.(map[string]interface{})
-			if manager != "" && m["manager"] == manager && (m["subresource"] == nil || m["subresource"] == "") {
-				kept = append(kept, e)
-			}
-		}
-		if len(kept) == 0 {
-			delete(md, "managedFields")
-		} else {
-			md["managedFields"] = kept
-		}
-		return u, nil
-	}
 }

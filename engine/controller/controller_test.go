@@ -312,7 +312,7 @@ func TestStatus(t *testing.T) {
 		{"rolling", sts(3, 3, 2), false, 3, ReasonWaitingForReplicas},
 		{"scaling down from 5", sts(5, 5, 5), false, 3, ReasonWaitingForReplicas},
 	} {
-		s := newStatus(mc, spec, api.DefaultClusterDomain, tc.sts, nil, memberView{}, false, "", "")
+		s := newStatus(mc, spec, api.DefaultClusterDomain, tc.sts, nil, memberView{Primary: "sessions-0"}, true, "", "")
 		c := meta.FindStatusCondition(s.Conditions, ConditionReady)
 		if (c.Status == metav1.ConditionTrue) != tc.ready || c.Reason != tc.reason || s.ReadyReplicas != tc.readyMembers {
 			t.Errorf("%s: Ready %s/%s (%s), readyReplicas %d; want ready %v, %s, %d", tc.name, c.Status, c.Reason, c.Message,
@@ -322,15 +322,31 @@ func TestStatus(t *testing.T) {
 			t.Errorf("%s: endpoint %q, read endpoint %q, observedGeneration %d", tc.name, s.Endpoint, s.ReadEndpoint, s.ObservedGeneration)
 		}
 	}
+	// Ready needs a primary: none found by the member pass, or no member pass yet (then the
+	// change is progress, written with the primary when the pass comes).
+	for _, tc := range []struct {
+		name   string
+		viewOK bool
+		reason string
+	}{{"the member pass found no primary", true, ReasonNoPrimary}, {"no member pass yet", false, ReasonWaitingForReplicas}} {
+		s := newStatus(mc, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, memberView{}, tc.viewOK, "", "")
+		if c := meta.FindStatusCondition(s.Conditions, ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != tc.reason {
+			t.Errorf("%s: Ready %s/%s (%s); want False/%s", tc.name, c.Status, c.Reason, c.Message, tc.reason)
+		}
+	}
 	// A status that is already right is not written again; lastTransitionTime stays.
-	s := newStatus(mc, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, memberView{}, false, "", "")
+	s := newStatus(mc, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, memberView{Primary: "sessions-0"}, true, "", "")
 	updated, err := withStatus(mc, s)
 	if err != nil || updated == nil {
 		t.Fatalf("first status: %v", err)
 	}
-	again := newStatus(updated, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, memberView{}, false, "", "")
+	again := newStatus(updated, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, memberView{Primary: "sessions-0"}, true, "", "")
 	if u, _ := withStatus(updated, again); u != nil {
 		t.Error("an unchanged status would be written again")
+	}
+	// A new leader, before its first member pass, keeps what status says: nothing to write.
+	if u, _ := withStatus(updated, newStatus(updated, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, memberView{}, false, "", "")); u != nil {
+		t.Errorf("before the first member pass, status would be rewritten: %v", u.Object["status"])
 	}
 }
 
@@ -460,21 +476,32 @@ func TestStatusWritesArePaced(t *testing.T) {
 	}
 	var w statusWrites
 	now := time.Now()
-	if d := w.wait("a", now); d != 0 {
-		t.Errorf("first write waits %v", d)
+	if d := w.wait("a", now); d != statusProgressInterval {
+		t.Errorf("progress first seen now waits %v, want %v", d, statusProgressInterval)
 	}
-	w.wrote("a", now, "10", "11")
+	if d := w.wait("a", now.Add(time.Second)); d != statusProgressInterval-time.Second {
+		t.Errorf("progress first seen a second ago waits %v", d)
+	}
+	if d := w.wait("a", now.Add(statusProgressInterval)); d != 0 {
+		t.Errorf("progress first seen an interval ago waits %v", d)
+	}
+	w.settled("a")
+	if d := w.wait("a", now.Add(time.Minute)); d != statusProgressInterval {
+		t.Errorf("progress seen anew after a settled status waits %v", d)
+	}
+	w.wrote("a", "10", "11")
 	if rv := w.current("a", "10"); rv != "11" {
 		t.Errorf("the cache still shows resourceVersion 10, which our write replaced with 11: update %s, want 11", rv)
 	}
 	if rv := w.current("a", "12"); rv != "12" {
 		t.Errorf("the cache shows 12: update %s, want 12", rv)
 	}
-	if d := w.wait("a", now.Add(300*time.Millisecond)); d != statusProgressInterval-300*time.Millisecond {
-		t.Errorf("a progress write 300ms after the last waits %v", d)
+	later := now.Add(time.Minute)
+	if d := w.wait("a", later); d != statusProgressInterval {
+		t.Errorf("progress first seen after a write waits %v, want %v", d, statusProgressInterval)
 	}
-	if d := w.wait("a", now.Add(statusProgressInterval)); d != 0 {
-		t.Errorf("a progress write after the interval waits %v", d)
+	if d := w.wait("a", later.Add(statusProgressInterval)); d != 0 {
+		t.Errorf("progress first seen an interval ago waits %v", d)
 	}
 	readyBase := base
 	readyBase.Conditions = append([]metav1.Condition(nil), base.Conditions...)
@@ -485,14 +512,15 @@ func TestStatusWritesArePaced(t *testing.T) {
 		t.Error("a Ready cache's new primary is paced; want it written at once")
 	}
 	w.forget("a")
-	if d := w.wait("a", now); d != 0 {
-		t.Errorf("a forgotten cache waits %v", d)
+	if d := w.wait("a", later.Add(time.Hour)); d != statusProgressInterval {
+		t.Errorf("a forgotten cache's first progress waits %v, want %v", d, statusProgressInterval)
 	}
 }
 
-// The child informers keep an object as its metadata and its JSON: keyed and routed like the
-// object, and decoded back to it (with the operator's managedFields entry only).
-func TestCompactChildRoundTrip(t *testing.T) {
+// The child informers keep an object as its metadata and its JSON packed: keyed and routed like
+// the object, decoded back to it (with the operator's managedFields entry only), and a fraction of
+// the JSON's size.
+func TestPackedChildRoundTrip(t *testing.T) {
 	renderer, err := render.NewRenderer(templates.FS)
 	if err != nil {
 		t.Fatal(err)
@@ -501,9 +529,17 @@ func TestCompactChildRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	transform := compactChildOf(api.FieldManager)
+	p := newTestPacker(t, renderer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	transform := p.childTransform(api.FieldManager)
+	totalJSON, totalPacked := 0, 0
 	for _, o := range objs {
 		o.SetResourceVersion("42")
+		if o.GetKind() == "StatefulSet" {
+			o.Object["status"] = map[string]interface{}{"updateRevision": "sessions-7d4f"}
+		}
 		o.SetOwnerReferences([]metav1.OwnerReference{api.OwnerReference(newCache("sessions"))})
 		o.SetManagedFields([]metav1.ManagedFieldsEntry{
 			{Manager: api.FieldManager, Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}},
@@ -525,12 +561,152 @@ func TestCompactChildRoundTrip(t *testing.T) {
 		if ref := metav1.GetControllerOfNoCopy(stored.(metav1.Object)); ref == nil || ref.Name != "sessions" {
 			t.Errorf("%s: owner reference lost: %v", o.GetKind(), ref)
 		}
-		got, err := decodeChild(stored)
+		got, err := p.unpackObject(stored)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !equality.Semantic.DeepEqual(got.Object, want.Object) {
 			t.Errorf("%s: decoded %v\nwant %v", o.GetKind(), got.Object, want.Object)
+		}
+		if rev, _, _ := unstructured.NestedString(o.Object, "status", "updateRevision"); stored.(*packedObject).updateRevision != rev {
+			t.Errorf("%s: updateRevision %q, want %q", o.GetKind(), stored.(*packedObject).updateRevision, rev)
+		}
+		raw, _ := want.MarshalJSON()
+		packed := len(stored.(*packedObject).packed)
+		t.Logf("%s: %d bytes of JSON packed into %d", o.GetKind(), len(raw), packed)
+		totalJSON, totalPacked = totalJSON+len(raw), totalPacked+packed
+	}
+	if totalPacked*4 > totalJSON {
+		t.Errorf("%d bytes of JSON packed into %d, more than a quarter", totalJSON, totalPacked)
+	}
+}
+
+// newTestPacker is the packer New makes: its dictionary is another cache's sample children.
+func newTestPacker(t testing.TB, renderer *render.Renderer) *packer {
+	p, err := newSamplesPacker(renderer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The ManagedCache informer keeps what cacheUpdated compares and the Ready status unpacked; the
+// pod informer keeps what a member pass reads.
+func TestPackedCacheAndMemberPod(t *testing.T) {
+	renderer, err := render.NewRenderer(templates.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newTestPacker(t, renderer)
+	mc := newCache("sessions")
+	mc.SetGeneration(3)
+	mc.SetResourceVersion("7")
+	mc.SetAnnotations(map[string]string{api.SwitchoverAnnotation: "sessions-1"})
+	mc.SetFinalizers([]string{"example.com/x"})
+	now := metav1.Now()
+	mc.SetDeletionTimestamp(&now)
+	mc.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}})
+	if err := unstructured.SetNestedSlice(mc.Object, []interface{}{map[string]interface{}{"type": ConditionReady, "status": "False"}}, "status", "conditions"); err != nil {
+		t.Fatal(err)
+	}
+	want := mc.DeepCopy()
+	want.SetManagedFields(nil)
+	stored, err := p.cacheTransform()(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	po := stored.(*packedObject)
+	if po.GetGeneration() != 3 || po.GetResourceVersion() != "7" || po.GetAnnotations()[api.SwitchoverAnnotation] != "sessions-1" ||
+		len(po.GetFinalizers()) != 1 || po.GetDeletionTimestamp() == nil || po.ready != "False" {
+		t.Errorf("routing metadata: %+v, ready %q", po.ObjectMeta, po.ready)
+	}
+	got, err := p.unpackObject(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(got.Object, want.Object) {
+		t.Errorf("decoded %v\nwant %v", got.Object, want.Object)
+	}
+
+	pod := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]interface{}{
+			"name": "sessions-1", "namespace": "shop", "uid": "u1", "resourceVersion": "9",
+			"labels":          map[string]interface{}{api.LabelInstance: "sessions", api.LabelRole: api.RolePrimary, "controller-revision-hash": "r1", "other": "x"},
+			"ownerReferences": []interface{}{map[string]interface{}{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "sessions", "uid": "s1", "controller": true}},
+		},
+		"spec": map[string]interface{}{"nodeName": "n1", "containers": []interface{}{map[string]interface{}{"name": "redis"}}},
+		"status": map[string]interface{}{
+			"podIP":             "198.18.0.9",
+			"conditions":        []interface{}{map[string]interface{}{"type": "Ready", "status": "True"}},
+			"containerStatuses": []interface{}{map[string]interface{}{"name": "redis", "state": map[string]interface{}{"running": map[string]interface{}{}}}},
+		},
+	}}
+	out, err := podTransform(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp := out.(*memberPod)
+	if mp.Name != "sessions-1" || mp.UID != "u1" || mp.ip != "198.18.0.9" || !mp.ready || !mp.running ||
+		len(mp.Labels) != 3 || mp.Labels[api.LabelRole] != api.RolePrimary || metav1.GetControllerOfNoCopy(mp).Name != "sessions" {
+		t.Errorf("member pod: %+v", mp)
+	}
+	if keys, _ := podInstance(mp); len(keys) != 1 || keys[0] != "shop/sessions" {
+		t.Errorf("indexed as %v", keys)
+	}
+	unstructured.RemoveNestedField(pod.Object, "status", "containerStatuses", "0", "state")
+	_ = unstructured.SetNestedSlice(pod.Object, []interface{}{map[string]interface{}{"name": "redis", "state": map[string]interface{}{"waiting": map[string]interface{}{}}}}, "status", "containerStatuses")
+	if out, _ := podTransform(pod); out.(*memberPod).running {
+		t.Errorf("a waiting container counts as running")
+	}
+}
+
+// BenchmarkUnpackCache is what a reconcile or a member pass pays to read a cache from the informer.
+func BenchmarkUnpackCache(b *testing.B) {
+	renderer, err := render.NewRenderer(templates.FS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := newTestPacker(b, renderer)
+	stored, err := p.cacheTransform()(newCache("sessions"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.unpackObject(stored); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// A child's update that changed only its status or managedFields starts no reconcile; any change
+// of spec (generation) or of the metadata the drift check compares does.
+func TestStatusOnlyUpdate(t *testing.T) {
+	base := func() *metav1.ObjectMeta {
+		return &metav1.ObjectMeta{Name: "sessions", Generation: 2, Labels: map[string]string{"a": "1"},
+			Annotations: map[string]string{"b": "2"}, OwnerReferences: []metav1.OwnerReference{{Name: "sessions", UID: "u"}}}
+	}
+	if !statusOnlyUpdate(base(), base()) {
+		t.Error("same generation and metadata: want status-only")
+	}
+	for name, change := range map[string]func(m *metav1.ObjectMeta){
+		"generation":    func(m *metav1.ObjectMeta) { m.Generation++ },
+		"label":         func(m *metav1.ObjectMeta) { m.Labels["a"] = "x" },
+		"annotation":    func(m *metav1.ObjectMeta) { delete(m.Annotations, "b") },
+		"owner":         func(m *metav1.ObjectMeta) { m.OwnerReferences = nil },
+		"finalizer":     func(m *metav1.ObjectMeta) { m.Finalizers = []string{"f"} },
+		"deletion":      func(m *metav1.ObjectMeta) { now := metav1.Now(); m.DeletionTimestamp = &now },
+		"no generation": func(m *metav1.ObjectMeta) { m.Generation = 0 },
+	} {
+		cur := base()
+		change(cur)
+		old := base()
+		if name == "no generation" {
+			old.Generation = 0
+		}
+		if statusOnlyUpdate(old, cur) {
+			t.Errorf("%s changed: want a reconcile", name)
 		}
 	}
 }

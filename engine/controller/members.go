@@ -149,50 +149,6 @@ func (s *memberStore) forget(key string) {
 	delete(s.memory, key)
 }
 
-// podTransform keeps what a member pass reads of a pod: name, labels, owner, deletion, node, IP,
-// the Ready condition and whether its containers run (status.running, a field of this cache only). Pods are the largest objects the operator watches; the rest is never
-// read.
-func podTransform(obj interface{}) (interface{}, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
-	}
-	md := map[string]interface{}{}
-	for _, k := range []string{"name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences", "deletionTimestamp"} {
-		if v, ok := u.Object["metadata"].(map[string]interface{})[k]; ok {
-			md[k] = v
-		}
-	}
-	status := map[string]interface{}{}
-	if ip, ok, _ := unstructured.NestedString(u.Object, "status", "podIP"); ok {
-		status["podIP"] = ip
-	}
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]interface{}); ok && m["type"] == string(corev1.PodReady) {
-			status["conditions"] = []interface{}{map[string]interface{}{"type": m["type"], "status": m["status"]}}
-		}
-	}
-	// running: every container runs (false while one has exited or waits to restart).
-	statuses, _, _ := unstructured.NestedSlice(u.Object, "status", "containerStatuses")
-	running := len(statuses) > 0
-	for _, cs := range statuses {
-		if m, ok := cs.(map[string]interface{}); ok {
-			if _, ok := m["state"].(map[string]interface{})["running"]; !ok {
-				running = false
-			}
-		}
-	}
-	status["running"] = running
-	out := &unstructured.Unstructured{Object: map[string]interface{}{
-		"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": md, "status": status,
-	}}
-	if node, ok, _ := unstructured.NestedString(u.Object, "spec", "nodeName"); ok {
-		out.Object["spec"] = map[string]interface{}{"nodeName": node}
-	}
-	return out, nil
-}
-
 const instanceIndex = "instance"
 
 // podInstance indexes a pod by namespace/<its cache>.
@@ -256,7 +212,7 @@ func (c *Controller) processNextMemberItem(ctx context.Context) bool {
 // roles (decideRoles) and carries the decision out. It returns when to look again (0: on the
 // next pod or cache event only).
 func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration, error) {
-	obj, exists, err := c.caches.GetIndexer().GetByKey(key)
+	mc, exists, err := c.cache(key)
 	if err != nil {
 		return 0, err
 	}
@@ -264,7 +220,6 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		c.store.forget(key)
 		return 0, nil
 	}
-	mc := obj.(*unstructured.Unstructured)
 	if mc.GetDeletionTimestamp() != nil {
 		return 0, nil
 	}
@@ -279,11 +234,7 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	if len(members) == 0 {
 		return 0, nil
 	}
-	sts, _ := c.child(statefulSetGVK, ns, name)
-	updateRevision := ""
-	if sts != nil {
-		updateRevision, _, _ = unstructured.NestedString(sts.Object, "status", "updateRevision")
-	}
+	updateRevision := c.updateRevision(ns, name)
 	addressed := false
 	for _, m := range members {
 		if m.IP != "" && !c.dialable(m.IP) {
@@ -345,27 +296,22 @@ func (c *Controller) memberPods(ns, name string) []memberState {
 	}
 	var out []memberState
 	for _, o := range objs {
-		p := o.(*unstructured.Unstructured)
+		p, ok := o.(*memberPod)
+		if !ok {
+			continue
+		}
 		ref := metav1.GetControllerOfNoCopy(p)
 		if ref == nil || ref.Kind != "StatefulSet" || ref.Name != name {
 			continue
 		}
-		ord, ok := ordinalOf(name, p.GetName())
+		ord, ok := ordinalOf(name, p.Name)
 		if !ok {
 			continue
 		}
-		ip, _, _ := unstructured.NestedString(p.Object, "status", "podIP")
 		m := memberState{
-			Name: p.GetName(), UID: p.GetUID(), Ordinal: ord, IP: ip, Label: p.GetLabels()[api.LabelRole],
-			Deleting: p.GetDeletionTimestamp() != nil, Revision: p.GetLabels()["controller-revision-hash"],
-		}
-		running, found, _ := unstructured.NestedBool(p.Object, "status", "running")
-		m.Stopped = found && !running && ip != ""
-		conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
-		for _, cd := range conds {
-			if cm, ok := cd.(map[string]interface{}); ok && cm["type"] == string(corev1.PodReady) && cm["status"] == string(corev1.ConditionTrue) {
-				m.PodReady = true
-			}
+			Name: p.Name, UID: p.UID, Ordinal: ord, IP: p.ip, Label: p.Labels[api.LabelRole],
+			Deleting: p.DeletionTimestamp != nil, Revision: p.Labels["controller-revision-hash"],
+			Stopped: !p.running && p.ip != "", PodReady: p.ready,
 		}
 		c.store.overlay(ns+"/"+m.Name, m.UID, &m)
 		out = append(out, m)
@@ -661,8 +607,12 @@ func roundLag(lag int64) int64 {
 // applyMemberView sets what the member pass found in s: primary, members, the read endpoint and
 // the Degraded condition.
 func applyMemberView(s *cacheStatus, v memberView, ok bool, generation int64) {
+	if !ok {
+		// No member pass has run yet (a new cache, or a new leader): what status says stands.
+		return
+	}
 	s.Primary, s.Members = v.Primary, v.Members
-	if !ok || !v.Observed {
+	if !v.Observed {
 		meta.RemoveStatusCondition(&s.Conditions, ConditionDegraded)
 		return
 	}

@@ -38,8 +38,14 @@ func (c *Controller) MigrateStorage(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Migrating ManagedCaches to the storage version", "storedVersions", stored, "to", api.GroupVersion.Version)
 	migrated := 0
-	for _, obj := range c.caches.GetStore().List() {
-		mc := obj.(*unstructured.Unstructured).DeepCopy()
+	for _, key := range c.caches.GetStore().ListKeys() {
+		mc, exists, err := c.cache(key)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			continue
+		}
 		out, err := c.client.Resource(api.Resource).Namespace(mc.GetNamespace()).Update(ctx, mc, metav1.UpdateOptions{FieldManager: api.FieldManager})
 		switch {
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):

@@ -43,7 +43,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		klog.ErrorS(err, "Dropping malformed key", "key", key)
 		return nil
 	}
-	obj, exists, err := c.caches.GetIndexer().GetByKey(key)
+	mc, exists, err := c.cache(key)
 	if err != nil {
 		return err
 	}
@@ -52,7 +52,6 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		klog.V(4).InfoS("ManagedCache is gone; its children are left to garbage collection", "managedcache", key)
 		return nil
 	}
-	mc := obj.(*unstructured.Unstructured).DeepCopy()
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "managedcache", klog.KRef(ns, name))
 	ctx = klog.NewContext(ctx, logger)
 
@@ -249,15 +248,19 @@ func (c *Controller) password(mc *unstructured.Unstructured) (string, error) {
 }
 
 // writeStatus writes s to the status subresource if it differs from what mc has. A change that
-// only reports progress (the ready count, the members, a message) waits until a second has passed
-// since the cache's last status write, and is then written with whatever came meanwhile: a cache
-// whose pods come up one by one in 300 ms gets one write for its Ready, not one per pod.
+// only reports progress (the ready count, the members, a message) waits until
+// statusProgressInterval has passed since it was first seen and since the cache's last status
+// write, and is then written with whatever came meanwhile: a cache whose pods come up one by one
+// gets one write for its Ready, not one per pod.
 func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructured, s cacheStatus) error {
+	key := mc.GetNamespace() + "/" + mc.GetName()
 	updated, err := withStatus(mc, s)
 	if err != nil || updated == nil {
+		if err == nil {
+			c.statusWrites.settled(key)
+		}
 		return err
 	}
-	key := mc.GetNamespace() + "/" + mc.GetName()
 	old := statusOf(mc)
 	changed := statusChanges(old, s)
 	if progress(changed, isReady(old) || isReady(s)) {
@@ -274,7 +277,7 @@ func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructu
 	if err != nil {
 		return fmt.Errorf("ManagedCache/%s/%s: writing status: %w", mc.GetNamespace(), mc.GetName(), err)
 	}
-	c.statusWrites.wrote(key, time.Now(), base, out.GetResourceVersion())
+	c.statusWrites.wrote(key, base, out.GetResourceVersion())
 	ready := "Unknown"
 	for _, cond := range s.Conditions {
 		if cond.Type == ConditionReady {
@@ -344,15 +347,18 @@ func isReady(s cacheStatus) bool {
 	return meta.IsStatusConditionTrue(s.Conditions, ConditionReady)
 }
 
-// statusProgressInterval is how often a cache's status is written for progress alone.
-const statusProgressInterval = time.Second
+// statusProgressInterval is how long progress alone waits to be written. Five seconds keep
+// `kubectl get -w` current for a person and let a cache's progress and the Ready it leads to go
+// into one write; in a fleet's roll each member's restart moves the ready count down and up again.
+const statusProgressInterval = 5 * time.Second
 
-// statusWrites remembers when each cache's status was last written, and the resourceVersion it
-// wrote over and the one it got, until the informer cache shows the write.
+// statusWrites remembers, per cache, since when progress waits to be written, and the
+// resourceVersion the last write wrote over and the one it got, until the informer cache shows
+// the write.
 type statusWrites struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-	rv   map[string][2]string // key: {resourceVersion written over, resourceVersion written}
+	mu      sync.Mutex
+	pending map[string]time.Time // when unwritten progress was first seen
+	rv      map[string][2]string // key: {resourceVersion written over, resourceVersion written}
 }
 
 // current returns the resourceVersion to update: the one our last write got while the informer
@@ -369,25 +375,37 @@ func (w *statusWrites) current(key, cached string) string {
 	return cached
 }
 
-// wait returns how long a progress write of key must wait (0: it may be written now).
+// wait returns how long a progress write of key must wait (0: it may be written now): until
+// statusProgressInterval has passed since the progress was first seen (never before the last
+// write), so that what comes meanwhile (often the Ready it leads to) goes into the same write.
 func (w *statusWrites) wait(key string, now time.Time) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if at, ok := w.last[key]; ok {
-		if d := at.Add(statusProgressInterval).Sub(now); d > 0 {
-			return d
-		}
+	if w.pending == nil {
+		w.pending = map[string]time.Time{}
 	}
-	return 0
+	first, ok := w.pending[key]
+	if !ok {
+		first = now
+		w.pending[key] = now
+	}
+	return max(first.Add(statusProgressInterval).Sub(now), 0)
 }
 
-func (w *statusWrites) wrote(key string, now time.Time, from, to string) {
+// settled records that key's status needs no write: no progress is pending.
+func (w *statusWrites) settled(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.last == nil {
-		w.last, w.rv = map[string]time.Time{}, map[string][2]string{}
+	delete(w.pending, key)
+}
+
+func (w *statusWrites) wrote(key, from, to string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.rv == nil {
+		w.rv = map[string][2]string{}
 	}
-	w.last[key] = now
+	delete(w.pending, key)
 	if from != "" && to != "" {
 		w.rv[key] = [2]string{from, to}
 	}
@@ -397,7 +415,7 @@ func (w *statusWrites) wrote(key string, now time.Time, from, to string) {
 func (w *statusWrites) forget(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.last, key)
+	delete(w.pending, key)
 	delete(w.rv, key)
 }
 

@@ -101,6 +101,10 @@ func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain strin
 			fmt.Sprintf("%s; %d members running, waiting for the surplus to stop", msg, running))
 	case viewOK && s.Primary == "" && upToDate && s.ReadyReplicas >= spec.Replicas:
 		s.setReady(gen, false, ReasonNoPrimary, msg+"; no primary yet")
+	case s.Primary == "" && upToDate && s.ReadyReplicas >= spec.Replicas:
+		// The member pass that names the primary has not run yet (it follows the same pod
+		// events): Ready waits for it, so that it is written once, with the primary.
+		s.setReady(gen, false, ReasonWaitingForReplicas, msg+"; waiting for the member pass")
 	case upToDate && s.ReadyReplicas >= spec.Replicas:
 		s.setReady(gen, true, ReasonAllReplicasReady, msg)
 	default:

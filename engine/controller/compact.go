@@ -1,0 +1,286 @@
+/*
+Copyright 2026 The cache-operator Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controller
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/klauspost/compress/zstd"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/render"
+)
+
+// What the informers hold. The operator's memory is mostly its informer caches, so they hold each
+// object in a compact form: the metadata that keys it and routes its events, and the rest as
+// compressed JSON that a reconcile decodes when it reads the object. As nested maps a StatefulSet
+// costs about 30 KiB; as JSON about 6; compressed against the rendered sample children (which
+// every real child resembles) a few hundred bytes. Pods keep only the fields a member pass reads.
+
+// packer compresses the JSON of the objects the informers hold, and decompresses it again. Its
+// dictionary is the JSON of sample children rendered by the process's own templates, so a child
+// compresses to little more than what makes it differ from the samples.
+type packer struct {
+	enc *zstd.Encoder
+	dec *zstd.Decoder
+}
+
+// packerDictID names the dictionary inside each compressed frame (any value; one dictionary).
+const packerDictID = 0x63616368
+
+func newPacker(dict []byte) (*packer, error) {
+	eopts := []zstd.EOption{
+		zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderCRC(false),
+		zstd.WithWindowSize(1 << 17), zstd.WithLowerEncoderMem(true), zstd.WithEncoderConcurrency(2),
+	}
+	dopts := []zstd.DOption{zstd.WithDecoderLowmem(true), zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxWindow(1 << 20)}
+	if len(dict) > 0 {
+		eopts = append(eopts, zstd.WithEncoderDictRaw(packerDictID, dict))
+		dopts = append(dopts, zstd.WithDecoderDictRaw(packerDictID, dict))
+	}
+	enc, err := zstd.NewWriter(nil, eopts...)
+	if err != nil {
+		return nil, err
+	}
+	dec, err := zstd.NewReader(nil, dopts...)
+	if err != nil {
+		return nil, err
+	}
+	return &packer{enc: enc, dec: dec}, nil
+}
+
+// newSamplesPacker returns the packer of the informers: its dictionary is the JSON of the sample
+// children renderer renders.
+func newSamplesPacker(renderer *render.Renderer) (*packer, error) {
+	samples, err := renderer.Samples(metav1.NamespaceDefault, "cache")
+	if err != nil {
+		return nil, fmt.Errorf("rendering sample caches: %w", err)
+	}
+	dict, err := samplesDict(samples)
+	if err != nil {
+		return nil, err
+	}
+	return newPacker(dict)
+}
+
+// samplesDict is the dictionary: the JSON of the sample children, one after the other.
+func samplesDict(samples []*unstructured.Unstructured) ([]byte, error) {
+	var b bytes.Buffer
+	for _, s := range samples {
+		raw, err := s.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		b.Write(raw)
+	}
+	return b.Bytes(), nil
+}
+
+func (p *packer) pack(u *unstructured.Unstructured) ([]byte, error) {
+	raw, err := u.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Clone(p.enc.EncodeAll(raw, nil)), nil // Clone: the encoder leaves room to spare
+}
+
+func (p *packer) unpack(packed []byte) (*unstructured.Unstructured, error) {
+	raw, err := p.dec.DecodeAll(packed, nil)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{}
+	return u, u.UnmarshalJSON(raw)
+}
+
+// packedObject is a child or a ManagedCache as an informer holds it: the metadata that keys it and
+// routes its events, and the whole object packed (with only the managedFields entry kept).
+type packedObject struct {
+	metav1.ObjectMeta
+	packed []byte
+	// ready is a ManagedCache's Ready condition status, for the fleet gauge ("" for a child).
+	ready string
+	// updateRevision is a StatefulSet's status.updateRevision, which every member pass reads.
+	updateRevision string
+}
+
+// packTransform returns the transform of an informer: managedFields dropped but manager's own
+// ("": all), then packed. routing is the metadata the object keeps unpacked.
+func (p *packer) packTransform(manager string, routing func(u *unstructured.Unstructured) packedObject) cache.TransformFunc {
+	keep := keepManagedFieldsOf(manager)
+	return func(obj interface{}) (interface{}, error) {
+		if _, done := obj.(*packedObject); done {
+			return obj, nil
+		}
+		obj, err := keep(obj)
+		if err != nil {
+			return nil, err
+		}
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil
+		}
+		out := routing(u)
+		if out.packed, err = p.pack(u); err != nil {
+			return nil, err
+		}
+		return &out, nil
+	}
+}
+
+// childTransform is the child informers' transform: the operator's own managedFields entry is
+// what the drift check reads; nothing reads the others'.
+func (p *packer) childTransform(manager string) cache.TransformFunc {
+	return p.packTransform(manager, func(u *unstructured.Unstructured) packedObject {
+		// What enqueueOwner routes by, and what statusOnlyUpdate compares.
+		out := packedObject{ObjectMeta: metav1.ObjectMeta{
+			Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(),
+			Generation: u.GetGeneration(), Labels: u.GetLabels(), Annotations: u.GetAnnotations(),
+			OwnerReferences: u.GetOwnerReferences(), Finalizers: u.GetFinalizers(), DeletionTimestamp: u.GetDeletionTimestamp(),
+		}}
+		if u.GroupVersionKind() == statefulSetGVK {
+			out.updateRevision, _, _ = unstructured.NestedString(u.Object, "status", "updateRevision")
+		}
+		return out
+	})
+}
+
+// cacheTransform is the ManagedCache informer's transform: what cacheUpdated compares stays
+// unpacked, and the Ready condition's status for the gauge.
+func (p *packer) cacheTransform() cache.TransformFunc {
+	return p.packTransform("", func(u *unstructured.Unstructured) packedObject {
+		out := packedObject{ObjectMeta: metav1.ObjectMeta{
+			Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(),
+			Generation: u.GetGeneration(), Labels: u.GetLabels(), Annotations: u.GetAnnotations(),
+			Finalizers: u.GetFinalizers(), OwnerReferences: u.GetOwnerReferences(), DeletionTimestamp: u.GetDeletionTimestamp(),
+		}, ready: "Unknown"}
+		for _, cond := range statusOf(u).Conditions {
+			if cond.Type == ConditionReady {
+				out.ready = string(cond.Status)
+			}
+		}
+		return out
+	})
+}
+
+// unpackObject returns what an informer holds as an object of its own.
+func (p *packer) unpackObject(obj interface{}) (*unstructured.Unstructured, error) {
+	switch o := obj.(type) {
+	case *packedObject:
+		u, err := p.unpack(o.packed)
+		if err != nil {
+			return nil, fmt.Errorf("decoding %s/%s from the informer cache: %w", o.Namespace, o.Name, err)
+		}
+		return u, nil
+	case *unstructured.Unstructured:
+		return o.DeepCopy(), nil
+	}
+	return nil, fmt.Errorf("unexpected object in an informer: %T", obj)
+}
+
+// keepManagedFieldsOf returns an informer transform that drops every managedFields entry except
+// manager's own on the main resource ("": drop all). Other managers' entries are often most of an
+// object's size, and the controller never reads them.
+func keepManagedFieldsOf(manager string) cache.TransformFunc {
+	return func(obj interface{}) (interface{}, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil
+		}
+		md, ok := u.Object["metadata"].(map[string]interface{})
+		if !ok {
+			return obj, nil
+		}
+		entries, _ := md["managedFields"].([]interface{})
+		var kept []interface{}
+		for _, e := range entries {
+			m, _ := e.(map[string]interface{})
+			if manager != "" && m["manager"] == manager && (m["subresource"] == nil || m["subresource"] == "") {
+				kept = append(kept, e)
+			}
+		}
+		if len(kept) == 0 {
+			delete(md, "managedFields")
+		} else {
+			md["managedFields"] = kept
+		}
+		return u, nil
+	}
+}
+
+// keepLabels returns the labels among keys that all has (nil if none).
+func keepLabels(all map[string]string, keys ...string) map[string]string {
+	var out map[string]string
+	for _, k := range keys {
+		if v, ok := all[k]; ok {
+			if out == nil {
+				out = make(map[string]string, len(keys))
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// memberPod is a pod as the pod informer holds it: what a member pass reads.
+type memberPod struct {
+	metav1.ObjectMeta // name, namespace, UID, resourceVersion, deletion timestamp, the labels read, the controller
+	ip                string
+	ready             bool // the Ready condition is True
+	running           bool // every container runs (false while one has exited or waits to restart)
+}
+
+// memberPodLabels are the pod labels a member pass reads.
+var memberPodLabels = []string{api.LabelInstance, api.LabelRole, "controller-revision-hash"}
+
+// podTransform is the pod informer's transform.
+func podTransform(obj interface{}) (interface{}, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	p := &memberPod{ObjectMeta: metav1.ObjectMeta{
+		Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(),
+		DeletionTimestamp: u.GetDeletionTimestamp(),
+	}}
+	p.Labels = keepLabels(u.GetLabels(), memberPodLabels...)
+	if ref := metav1.GetControllerOfNoCopy(u); ref != nil {
+		p.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
+	p.ip, _, _ = unstructured.NestedString(u.Object, "status", "podIP")
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]interface{}); ok && m["type"] == string(corev1.PodReady) {
+			p.ready = m["status"] == string(corev1.ConditionTrue)
+		}
+	}
+	statuses, _, _ := unstructured.NestedSlice(u.Object, "status", "containerStatuses")
+	p.running = len(statuses) > 0
+	for _, cs := range statuses {
+		if m, ok := cs.(map[string]interface{}); ok {
+			if _, ok := m["state"].(map[string]interface{})["running"]; !ok {
+				p.running = false
+			}
+		}
+	}
+	return p, nil
+}
