@@ -3,11 +3,13 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"example.com/cache-operator/e2e/framework"
@@ -39,6 +41,7 @@ type auditReader struct {
 	path string
 	user string
 	off  int64
+	ino  uint64          // the file read so far (0: none yet)
 	seen map[string]bool // audit IDs: a watch is logged when it starts and when it ends
 	reqs []request
 }
@@ -65,6 +68,20 @@ func (a *auditReader) poll() (int, error) {
 		return 0, err
 	}
 	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	var ino uint64
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		ino = sys.Ino
+	}
+	if st.Size() < a.off || (a.ino != 0 && ino != a.ino) {
+		// Rotated (a cluster not made by the bench, or another AUDIT_LOG_MAX_MB): the requests
+		// in between are lost, and a count would be too low.
+		return 0, fmt.Errorf("the audit log %s was rotated: its requests cannot be counted", a.path)
+	}
+	a.ino = ino
 	if _, err := f.Seek(a.off, io.SeekStart); err != nil {
 		return 0, err
 	}

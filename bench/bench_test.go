@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"example.com/cache-operator/e2e/framework"
 )
 
@@ -104,6 +108,29 @@ func TestAuditReaderKeepsOneUsersRequestsOnce(t *testing.T) {
 	}
 }
 
+// A rotated audit log (a new file, or a shorter one) is an error: its requests cannot be counted.
+func TestAuditReaderRefusesARotatedLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	line := `{"auditID":"1","stage":"ResponseComplete","verb":"create","user":{"username":"op"},"objectRef":{"resource":"secrets","namespace":"a"},"requestReceivedTimestamp":"2026-12-01T00:00:01Z"}` + "\n"
+	if err := os.WriteFile(path, []byte(line+strings.Replace(line, `"1"`, `"2"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := newAuditReader(path, "op")
+	if n, err := a.poll(); err != nil || n != 2 {
+		t.Fatalf("poll: %d requests, %v; want 2", n, err)
+	}
+	// As lumberjack rotates: the file is renamed and a new one takes its name.
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Repeat(line, 3)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.poll(); err == nil {
+		t.Errorf("after a rotation: %d requests and no error; want an error", n)
+	}
+}
+
 func TestProcessStats(t *testing.T) {
 	cpu, err := framework.CPUSeconds(os.Getpid())
 	if err != nil || cpu < 0 {
@@ -134,8 +161,9 @@ func TestBenchOnTheTestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("measured: %+v", res.Converge)
-	if len(res.OperatorCurve) != n || len(res.OracleCurve) != n || res.OperatorS <= 0 || res.OracleS <= 0 || res.RollS <= 0 {
-		t.Errorf("curves %v and %v, times %v, %v, roll %v: want %d caches Ready in both, positive times", res.OperatorCurve, res.OracleCurve, res.OperatorS, res.OracleS, res.RollS, n)
+	if len(res.OperatorCurve) != n || len(res.OracleCurve) != n || res.OperatorS <= 0 || res.OracleS <= 0 || res.RollS <= 0 || res.RollReady != n {
+		t.Errorf("curves %v and %v, times %v, %v, roll %v with %d Ready: want %d caches Ready in both and rolled, positive times",
+			res.OperatorCurve, res.OracleCurve, res.OperatorS, res.OracleS, res.RollS, res.RollReady, n)
 	}
 	// Each cache's six children (Secret, three Services, StatefulSet, budget) were created by the
 	// operator, once, in the caches' namespace, and the audit log saw them. (The dry-run creates
@@ -191,4 +219,77 @@ func TestBenchOnTheTestCluster(t *testing.T) {
 	var table bytes.Buffer
 	writeTable(&table, back)
 	t.Logf("\n%s", table.String())
+}
+
+// The guard against KWOK's stale deletes refuses, from KWOK's user (the local cluster's admin),
+// a grace-0 delete of a simulated pod that is not being deleted, and lets the deletion of a pod
+// that is being deleted finish.
+func TestGuardRefusesKwokStaleDeletes(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	if err := guardKwokDeletes(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := kwokNamespace(ctx, c, "bench-guard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) }()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
+	// A pod on a KWOK node (the API server itself deletes an unscheduled pod at once, grace 0).
+	scheduled := func() error {
+		if _, err := c.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return poll(time.Minute, "the pod scheduled", func() (bool, string, error) {
+			p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, "p", metav1.GetOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			return p.Spec.NodeName != "", "not yet", nil
+		})
+	}
+	if err := scheduled(); err != nil {
+		t.Fatal(err)
+	}
+	// The policy takes effect once the API server has loaded it: until then a stale delete goes
+	// through, so the pod is made anew until one is refused.
+	var refused error
+	err = poll(time.Minute, "a grace-0 delete of a pod that is not being deleted refused", func() (bool, string, error) {
+		err := c.Kube.CoreV1().Pods(ns).Delete(ctx, "p", *metav1.NewDeleteOptions(0))
+		switch {
+		case apierrors.IsInvalid(err) || apierrors.IsForbidden(err):
+			refused = err
+			return true, "", nil
+		case err == nil || apierrors.IsNotFound(err):
+			if err := waitGone(ctx, c, ns, "p"); err != nil {
+				return false, "", err
+			}
+			return false, "the delete went through", scheduled()
+		}
+		return false, "", err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(refused.Error(), "stale delete") {
+		t.Errorf("refused with %v; want the policy's message", refused)
+	}
+	// A graceful delete marks the pod; KWOK's grace-0 delete of the marked pod then goes through.
+	if err := c.Kube.CoreV1().Pods(ns).Delete(ctx, "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitGone(ctx, c, ns, "p"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitGone(ctx context.Context, c *framework.Cluster, ns, name string) error {
+	return poll(time.Minute, "pod "+name+" gone", func() (bool, string, error) {
+		_, err := c.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		return false, "still there", err
+	})
 }

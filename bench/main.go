@@ -50,6 +50,7 @@ func main() {
 	keep := flag.Bool("keep", false, "leave the last bench cluster running")
 	operatorBin := flag.String("operator", filepath.Join(root, "bin", "cache-operator"), "the operator binary")
 	operatorArgs := flag.String("operator-args", "", "flags added to the operator's defaults (space-separated)")
+	rollTimeout := flag.Duration("roll-timeout", 0, "the bound of the rolling change (0: as for convergence, 10 min + 0.6 s per cache)")
 	flag.Parse()
 
 	var sizes []int
@@ -79,7 +80,7 @@ func main() {
 		var measured []runResult
 		for r := 1; r <= *runs; r++ {
 			cfg := runConfig{root: root, clusterDir: *clusterDir, clusterName: *clusterName, reuse: *reuse, n: n,
-				foreign: *foreign, run: r, idle: *idle, logDir: *logDir, profile: *profile, operatorBin: *operatorBin, operatorArgs: strings.Fields(*operatorArgs)}
+				foreign: *foreign, run: r, idle: *idle, rollTimeout: *rollTimeout, logDir: *logDir, profile: *profile, operatorBin: *operatorBin, operatorArgs: strings.Fields(*operatorArgs)}
 			res, err := measure(ctx, cfg)
 			if err != nil {
 				if !*reuse && !*keep { // -keep leaves it for a look

@@ -64,6 +64,7 @@ func summarize(runs []runResult) summary {
 	s.ReadsBeyondWatch = int(med(func(r runResult) float64 { return float64(r.ReadsBeyondWatch) }))
 	s.IdleRequests = int(med(func(r runResult) float64 { return float64(r.IdleRequests) }))
 	s.RollS = med(func(r runResult) float64 { return r.RollS })
+	s.RollReady = int(med(func(r runResult) float64 { return float64(r.RollReady) }))
 	s.RollWritesPerCache = med(func(r runResult) float64 { return r.RollWritesPerCache })
 	s.PeakRSSMiB = med(func(r runResult) float64 { return r.PeakRSSMiB })
 	s.ConvergedRSSMiB = med(func(r runResult) float64 { return r.ConvergedRSSMiB })
@@ -129,11 +130,19 @@ func writeTable(w io.Writer, all []summary) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "N\tforeign\truns\toperator s\toracle s\tratio\twrites/cache\treads beyond watch\tidle requests\troll s\troll writes/cache\tpeak RSS MiB\tpeak heap MiB\tCPU s converging\tms/cache\tCPU s in all\tms/cache\t")
 	for _, s := range all {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%.1f\t%.1f\t%.3f\t%.2f\t%d\t%d\t%.1f\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n",
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.1f\t%.1f\t%.3f\t%.2f\t%d\t%d\t%s\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n",
 			s.N, s.Foreign, s.Runs, s.OperatorS, s.OracleS, s.Ratio, s.WritesPerCache, s.ReadsBeyondWatch, s.IdleRequests,
-			s.RollS, s.RollWritesPerCache, s.PeakRSSMiB, s.PeakHeapMiB, s.CPUConvergeS, s.ConvergeCPUMsPerCache, s.CPUS, s.CPUMsPerCache)
+			rollCell(s), s.RollWritesPerCache, s.PeakRSSMiB, s.PeakHeapMiB, s.CPUConvergeS, s.ConvergeCPUMsPerCache, s.CPUS, s.CPUMsPerCache)
 	}
 	tw.Flush()
+}
+
+// rollCell is the rolling change's time, or, when its bound ran out, how many caches rolled in it.
+func rollCell(s summary) string {
+	if s.RollReady < s.N {
+		return fmt.Sprintf("%d of %d in %.0f", s.RollReady, s.N, s.RollS)
+	}
+	return fmt.Sprintf("%.1f", s.RollS)
 }
 
 // markdown is the results section of BENCHMARKS.md.
@@ -142,9 +151,9 @@ func markdown(all []summary) string {
 	b.WriteString("| N | foreign objects | runs | operator s | oracle s | ratio | writes/cache | reads beyond list/watch | requests while idle | roll s | roll writes/cache | peak RSS MiB | peak heap MiB | CPU s converging (ms/cache) | CPU s in all (ms/cache) | measured |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, s := range all {
-		fmt.Fprintf(&b, "| %d | %d | %d | %.1f | %.1f | %.3f | %.2f | %d | %d in %.0f s | %.1f | %.2f | %.1f | %.1f | %.1f (%.0f) | %.1f (%.0f) | %s %s |\n",
+		fmt.Fprintf(&b, "| %d | %d | %d | %.1f | %.1f | %.3f | %.2f | %d | %d in %.0f s | %s | %.2f | %.1f | %.1f | %.1f (%.0f) | %.1f (%.0f) | %s %s |\n",
 			s.N, s.Foreign, s.Runs, s.OperatorS, s.OracleS, s.Ratio, s.WritesPerCache, s.ReadsBeyondWatch, s.IdleRequests, s.IdleWindowS,
-			s.RollS, s.RollWritesPerCache, s.PeakRSSMiB, s.PeakHeapMiB, s.CPUConvergeS, s.ConvergeCPUMsPerCache, s.CPUS, s.CPUMsPerCache, s.Date, s.Commit)
+			rollCell(s), s.RollWritesPerCache, s.PeakRSSMiB, s.PeakHeapMiB, s.CPUConvergeS, s.ConvergeCPUMsPerCache, s.CPUS, s.CPUMsPerCache, s.Date, s.Commit)
 	}
 	b.WriteString("\nThe operator's requests while its caches converged (median run), per configuration:\n\n")
 	for _, s := range all {

@@ -38,6 +38,8 @@
 #                         and kube-scheduler lifted (for benchmarks); takes effect on creation, so
 #                         run `make cluster-down` first to switch an existing cluster.
 #   REAL_NODES=0          no real nodes (KWOK only)
+#   AUDIT_LOG_MAX_MB=N    rotate the audit log at N MB (default 100, the API server's; 0: never, as
+#                         the benchmark needs: it reads the log by offset)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -134,6 +136,7 @@ componentsPatches:
   - {key: kubelet-client-certificate, value: "$pki/admin.crt"}
   - {key: kubelet-client-key, value: "$pki/admin.key"}
   - {key: enable-admission-plugins, value: "PodNodeSelector,PodTolerationRestriction"}
+  - {key: audit-log-maxsize, value: "${AUDIT_LOG_MAX_MB:-100}"}
 # kwokctl's binary runtime starts KWOK managing every node; it must leave the real ones alone.
 - name: kwok-controller
   extraArgs:
