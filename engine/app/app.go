@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -120,6 +121,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: api.FieldManager})
 
+	// The informers of built-in kinds read protobuf, which decodes at a fraction of the CPU of
+	// JSON; they only list and watch, so they need no fence.
+	pc := rest.CopyConfig(rc)
+	pc.ContentType = runtime.ContentTypeProtobuf
+	pc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	if cfg.Controller.Kube, err = kubernetes.NewForConfig(pc); err != nil {
+		return err
+	}
 	if cfg.Controller.Namespace == "" {
 		cfg.Controller.Namespace = cfg.Namespace
 	}

@@ -18,12 +18,17 @@ package controller
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 
 	"github.com/klauspost/compress/zstd"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/cache"
 
 	"example.com/cache-operator/engine/api"
@@ -82,7 +87,9 @@ func newSamplesPacker(renderer *render.Renderer) (*packer, error) {
 	return newPacker(dict)
 }
 
-// samplesDict is the dictionary: the JSON of the sample children, one after the other.
+// samplesDict is the dictionary: the JSON of the sample children, one after the other, each both
+// as the dynamic informers encode it (keys sorted) and, for a built-in kind, as the typed ones
+// do (keys in field order).
 func samplesDict(samples []*unstructured.Unstructured) ([]byte, error) {
 	var b bytes.Buffer
 	for _, s := range samples {
@@ -91,16 +98,24 @@ func samplesDict(samples []*unstructured.Unstructured) ([]byte, error) {
 			return nil, err
 		}
 		b.Write(raw)
+		typed, err := scheme.Scheme.New(s.GroupVersionKind())
+		if err != nil {
+			continue // not a built-in kind: read by a dynamic informer only
+		}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(s.Object, typed); err != nil {
+			return nil, err
+		}
+		if raw, err = json.Marshal(typed); err != nil {
+			return nil, err
+		}
+		b.Write(raw)
 	}
 	return b.Bytes(), nil
 }
 
-func (p *packer) pack(u *unstructured.Unstructured) ([]byte, error) {
-	raw, err := u.MarshalJSON()
-	if err != nil {
-		return nil, err
-	}
-	return bytes.Clone(p.enc.EncodeAll(raw, nil)), nil // Clone: the encoder leaves room to spare
+// pack compresses raw JSON.
+func (p *packer) pack(raw []byte) []byte {
+	return bytes.Clone(p.enc.EncodeAll(raw, nil)) // Clone: the encoder leaves room to spare
 }
 
 func (p *packer) unpack(packed []byte) (*unstructured.Unstructured, error) {
@@ -123,42 +138,61 @@ type packedObject struct {
 	updateRevision string
 }
 
-// packTransform returns the transform of an informer: managedFields dropped but manager's own
-// ("": all), then packed. routing is the metadata the object keeps unpacked.
-func (p *packer) packTransform(manager string, routing func(u *unstructured.Unstructured) packedObject) cache.TransformFunc {
-	keep := keepManagedFieldsOf(manager)
+// packTransform returns the transform of an informer of kind gvk: managedFields dropped but
+// manager's own ("": all), then packed. routing is the metadata the object keeps unpacked. The
+// informer may hold unstructured objects (dynamic informers) or typed ones (built-in kinds, read
+// as protobuf); both are packed as the JSON the API server would send.
+func (p *packer) packTransform(gvk schema.GroupVersionKind, manager string, routing func(obj metav1.Object) packedObject) cache.TransformFunc {
 	return func(obj interface{}) (interface{}, error) {
 		if _, done := obj.(*packedObject); done {
 			return obj, nil
 		}
-		obj, err := keep(obj)
+		o, ok := obj.(metav1.Object)
+		ro, isObject := obj.(runtime.Object)
+		if !ok || !isObject {
+			return obj, nil
+		}
+		keepManagedFields(o, manager)
+		out := routing(o)
+		var raw []byte
+		var err error
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			raw, err = u.MarshalJSON()
+		} else {
+			// Typed objects from an informer carry no kind; the drift check reads it.
+			ro.GetObjectKind().SetGroupVersionKind(gvk)
+			raw, err = json.Marshal(ro)
+		}
 		if err != nil {
 			return nil, err
 		}
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return obj, nil
-		}
-		out := routing(u)
-		if out.packed, err = p.pack(u); err != nil {
-			return nil, err
-		}
+		out.packed = p.pack(raw)
 		return &out, nil
 	}
 }
 
-// childTransform is the child informers' transform: the operator's own managedFields entry is
-// what the drift check reads; nothing reads the others'.
-func (p *packer) childTransform(manager string) cache.TransformFunc {
-	return p.packTransform(manager, func(u *unstructured.Unstructured) packedObject {
-		// What enqueueOwner routes by, and what statusOnlyUpdate compares.
-		out := packedObject{ObjectMeta: metav1.ObjectMeta{
-			Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(),
-			Generation: u.GetGeneration(), Labels: u.GetLabels(), Annotations: u.GetAnnotations(),
-			OwnerReferences: u.GetOwnerReferences(), Finalizers: u.GetFinalizers(), DeletionTimestamp: u.GetDeletionTimestamp(),
-		}}
-		if u.GroupVersionKind() == statefulSetGVK {
-			out.updateRevision, _, _ = unstructured.NestedString(u.Object, "status", "updateRevision")
+// routingMeta is the metadata a packed object keeps unpacked: what enqueueOwner routes by, what
+// statusOnlyUpdate and cacheUpdated compare.
+func routingMeta(o metav1.Object) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: o.GetName(), Namespace: o.GetNamespace(), UID: o.GetUID(), ResourceVersion: o.GetResourceVersion(),
+		Generation: o.GetGeneration(), Labels: o.GetLabels(), Annotations: o.GetAnnotations(),
+		OwnerReferences: o.GetOwnerReferences(), Finalizers: o.GetFinalizers(), DeletionTimestamp: o.GetDeletionTimestamp(),
+	}
+}
+
+// childTransform is the transform of the informer of child kind gvk: the operator's own
+// managedFields entry is what the drift check reads; nothing reads the others'.
+func (p *packer) childTransform(gvk schema.GroupVersionKind, manager string) cache.TransformFunc {
+	return p.packTransform(gvk, manager, func(o metav1.Object) packedObject {
+		out := packedObject{ObjectMeta: routingMeta(o)}
+		switch sts := o.(type) {
+		case *unstructured.Unstructured:
+			if gvk == statefulSetGVK {
+				out.updateRevision, _, _ = unstructured.NestedString(sts.Object, "status", "updateRevision")
+			}
+		case *appsv1.StatefulSet:
+			out.updateRevision = sts.Status.UpdateRevision
 		}
 		return out
 	})
@@ -167,15 +201,13 @@ func (p *packer) childTransform(manager string) cache.TransformFunc {
 // cacheTransform is the ManagedCache informer's transform: what cacheUpdated compares stays
 // unpacked, and the Ready condition's status for the gauge.
 func (p *packer) cacheTransform() cache.TransformFunc {
-	return p.packTransform("", func(u *unstructured.Unstructured) packedObject {
-		out := packedObject{ObjectMeta: metav1.ObjectMeta{
-			Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(),
-			Generation: u.GetGeneration(), Labels: u.GetLabels(), Annotations: u.GetAnnotations(),
-			Finalizers: u.GetFinalizers(), OwnerReferences: u.GetOwnerReferences(), DeletionTimestamp: u.GetDeletionTimestamp(),
-		}, ready: "Unknown"}
-		for _, cond := range statusOf(u).Conditions {
-			if cond.Type == ConditionReady {
-				out.ready = string(cond.Status)
+	return p.packTransform(api.GroupVersion.WithKind(api.Kind), "", func(o metav1.Object) packedObject {
+		out := packedObject{ObjectMeta: routingMeta(o), ready: "Unknown"}
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			for _, cond := range statusOf(u).Conditions {
+				if cond.Type == ConditionReady {
+					out.ready = string(cond.Status)
+				}
 			}
 		}
 		return out
@@ -197,34 +229,21 @@ func (p *packer) unpackObject(obj interface{}) (*unstructured.Unstructured, erro
 	return nil, fmt.Errorf("unexpected object in an informer: %T", obj)
 }
 
-// keepManagedFieldsOf returns an informer transform that drops every managedFields entry except
-// manager's own on the main resource ("": drop all). Other managers' entries are often most of an
-// object's size, and the controller never reads them.
-func keepManagedFieldsOf(manager string) cache.TransformFunc {
-	return func(obj interface{}) (interface{}, error) {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return obj, nil
-		}
-		md, ok := u.Object["metadata"].(map[string]interface{})
-		if !ok {
-			return obj, nil
-		}
-		entries, _ := md["managedFields"].([]interface{})
-		var kept []interface{}
-		for _, e := range entries {
-			m, _ := e.(map[string]interface{})
-			if manager != "" && m["manager"] == manager && (m["subresource"] == nil || m["subresource"] == "") {
-				kept = append(kept, e)
-			}
-		}
-		if len(kept) == 0 {
-			delete(md, "managedFields")
-		} else {
-			md["managedFields"] = kept
-		}
-		return u, nil
+// keepManagedFields drops every managedFields entry of o except manager's own on the main
+// resource ("": drop all). Other managers' entries are often most of an object's size, and the
+// controller never reads them.
+func keepManagedFields(o metav1.Object, manager string) {
+	entries := o.GetManagedFields()
+	if len(entries) == 0 {
+		return
 	}
+	var kept []metav1.ManagedFieldsEntry
+	for _, e := range entries {
+		if manager != "" && e.Manager == manager && e.Subresource == "" {
+			kept = append(kept, e)
+		}
+	}
+	o.SetManagedFields(kept)
 }
 
 // keepLabels returns the labels among keys that all has (nil if none).
@@ -254,18 +273,48 @@ var memberPodLabels = []string{api.LabelInstance, api.LabelRole, "controller-rev
 
 // podTransform is the pod informer's transform.
 func podTransform(obj interface{}) (interface{}, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
+	switch pod := obj.(type) {
+	case *corev1.Pod:
+		return typedMemberPod(pod), nil
+	case *unstructured.Unstructured:
+		return unstructuredMemberPod(pod), nil
 	}
-	p := &memberPod{ObjectMeta: metav1.ObjectMeta{
-		Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(),
-		DeletionTimestamp: u.GetDeletionTimestamp(),
+	return obj, nil
+}
+
+func memberPodMeta(o metav1.Object) memberPod {
+	p := memberPod{ObjectMeta: metav1.ObjectMeta{
+		Name: o.GetName(), Namespace: o.GetNamespace(), UID: o.GetUID(), ResourceVersion: o.GetResourceVersion(),
+		DeletionTimestamp: o.GetDeletionTimestamp(),
 	}}
-	p.Labels = keepLabels(u.GetLabels(), memberPodLabels...)
-	if ref := metav1.GetControllerOfNoCopy(u); ref != nil {
+	p.Labels = keepLabels(o.GetLabels(), memberPodLabels...)
+	if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
 		p.OwnerReferences = []metav1.OwnerReference{*ref}
 	}
+	return p
+}
+
+// typedMemberPod reads a pod from the typed (protobuf) informer.
+func typedMemberPod(pod *corev1.Pod) *memberPod {
+	p := memberPodMeta(pod)
+	p.ip = pod.Status.PodIP
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			p.ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	p.running = len(pod.Status.ContainerStatuses) > 0
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Running == nil {
+			p.running = false
+		}
+	}
+	return &p
+}
+
+// unstructuredMemberPod reads a pod from a dynamic informer.
+func unstructuredMemberPod(u *unstructured.Unstructured) *memberPod {
+	p := memberPodMeta(u)
 	p.ip, _, _ = unstructured.NestedString(u.Object, "status", "podIP")
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	for _, c := range conds {
@@ -282,5 +331,5 @@ func podTransform(obj interface{}) (interface{}, error) {
 			}
 		}
 	}
-	return p, nil
+	return &p
 }

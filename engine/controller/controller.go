@@ -34,6 +34,8 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -66,6 +68,10 @@ type Options struct {
 	MemberWorkers int
 	// MemberPoll is how often each observed cache's members are read (default 1s).
 	MemberPoll time.Duration
+	// Kube, if set, serves the informers of built-in kinds (children and pods) as typed objects,
+	// which a client configured for protobuf decodes at a fraction of the CPU of JSON into
+	// unstructured maps. Other kinds, and every kind when Kube is nil, use dynamic informers.
+	Kube kubernetes.Interface
 	// Namespace is where the dry-run creates that learn the API server's defaults go (the
 	// operator's own; default "default").
 	Namespace string
@@ -97,7 +103,7 @@ type Controller struct {
 	packer    *packer // the informers' compact forms (compact.go)
 	caches    cache.SharedIndexInformer
 	children  []childKind
-	factories []dynamicinformer.DynamicSharedInformerFactory
+	factories []informerFactory
 
 	reconciles atomic.Int64
 
@@ -152,7 +158,24 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	labelled := dynamicinformer.NewFilteredDynamicSharedInformerFactory(client, 0, metav1.NamespaceAll, func(o *metav1.ListOptions) {
 		o.LabelSelector = labels.SelectorFromSet(labels.Set{api.LabelManagedBy: api.ManagedByValue}).String()
 	})
-	c.factories = []dynamicinformer.DynamicSharedInformerFactory{all, labelled}
+	c.factories = []informerFactory{all, labelled}
+	// labelledInformer returns the informer of labelled objects of gvr: typed where Kube serves
+	// the kind, dynamic otherwise.
+	labelledInformer := func(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+		return labelled.ForResource(gvr).Informer()
+	}
+	if opts.Kube != nil {
+		typed := informers.NewSharedInformerFactoryWithOptions(opts.Kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.SelectorFromSet(labels.Set{api.LabelManagedBy: api.ManagedByValue}).String()
+		}))
+		c.factories = append(c.factories, typed)
+		labelledInformer = func(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+			if gi, err := typed.ForResource(gvr); err == nil {
+				return gi.Informer()
+			}
+			return labelled.ForResource(gvr).Informer()
+		}
+	}
 
 	// The informers hold objects packed (compact.go), against a dictionary of sample children.
 	var err error
@@ -181,8 +204,8 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 		if err != nil {
 			return nil, fmt.Errorf("child kind %s: %w", gvk, err)
 		}
-		inf := labelled.ForResource(gvr).Informer()
-		if err := inf.SetTransform(c.packer.childTransform(api.FieldManager)); err != nil {
+		inf := labelledInformer(gvr)
+		if err := inf.SetTransform(c.packer.childTransform(gvk, api.FieldManager)); err != nil {
 			return nil, err
 		}
 		readsStatus := gvk == statefulSetGVK // status is computed from the StatefulSet's
@@ -201,7 +224,7 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 		c.children = append(c.children, childKind{gvk: gvk, gvr: gvr, informer: inf})
 	}
 	// Pods: the cache members, for the member passes; only what they read is kept.
-	c.pods = labelled.ForResource(podsGVR).Informer()
+	c.pods = labelledInformer(podsGVR)
 	if err := c.pods.SetTransform(podTransform); err != nil {
 		return nil, err
 	}
@@ -229,6 +252,11 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	}
 	metrics.RegisterFleet(c.countByReady)
 	return c, nil
+}
+
+// informerFactory is a dynamic or a typed informer factory.
+type informerFactory interface {
+	Start(stopCh <-chan struct{})
 }
 
 // cache returns the ManagedCache key from the informer cache: a copy of its own.

@@ -3,7 +3,9 @@ package controller
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/render"
 	"example.com/cache-operator/templates"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/scheme"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -533,9 +537,9 @@ func TestPackedChildRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	transform := p.childTransform(api.FieldManager)
 	totalJSON, totalPacked := 0, 0
 	for _, o := range objs {
+		transform := p.childTransform(o.GroupVersionKind(), api.FieldManager)
 		o.SetResourceVersion("42")
 		if o.GetKind() == "StatefulSet" {
 			o.Object["status"] = map[string]interface{}{"updateRevision": "sessions-7d4f"}
@@ -578,6 +582,102 @@ func TestPackedChildRoundTrip(t *testing.T) {
 	}
 	if totalPacked*4 > totalJSON {
 		t.Errorf("%d bytes of JSON packed into %d, more than a quarter", totalJSON, totalPacked)
+	}
+}
+
+// A built-in child read through the typed (protobuf) informer is packed as the same object as
+// when a dynamic informer reads the API server's JSON of it; a pod becomes the same member pod.
+func TestTypedInformerObjectsPackAsDynamic(t *testing.T) {
+	renderer, err := render.NewRenderer(templates.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := renderer.Samples("shop", "sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newTestPacker(t, renderer)
+	created := metav1.NewTime(time.Date(2026, 12, 1, 7, 0, 0, 0, time.UTC))
+	for _, o := range objs {
+		o.SetResourceVersion("42")
+		o.SetUID("u-" + types.UID(o.GetName()))
+		o.SetCreationTimestamp(created)
+		o.SetOwnerReferences([]metav1.OwnerReference{api.OwnerReference(newCache("sessions"))})
+		o.SetManagedFields([]metav1.ManagedFieldsEntry{
+			{Manager: api.FieldManager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: o.GetAPIVersion(), FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}},
+			{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{}}`)}},
+		})
+		if o.GetKind() == "StatefulSet" {
+			o.Object["status"] = map[string]interface{}{"replicas": int64(3), "updateRevision": "sessions-7d4f"}
+		}
+		// The typed object, as the protobuf informer decodes it, and the API server's JSON of
+		// it, as a dynamic informer decodes that.
+		typed, err := scheme.Scheme.New(o.GroupVersionKind())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, typed); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := json.Marshal(typed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		server := &unstructured.Unstructured{}
+		if err := server.UnmarshalJSON(raw); err != nil {
+			t.Fatal(err)
+		}
+		typed.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{}) // informers leave it empty
+		transform := p.childTransform(o.GroupVersionKind(), api.FieldManager)
+		fromTyped, err := transform(typed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromDynamic, err := transform(server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pt, pd := fromTyped.(*packedObject), fromDynamic.(*packedObject)
+		if !equality.Semantic.DeepEqual(pt.ObjectMeta, pd.ObjectMeta) || pt.updateRevision != pd.updateRevision {
+			t.Errorf("%s: routing metadata typed %+v (%q), dynamic %+v (%q)", o.GetKind(), pt.ObjectMeta, pt.updateRevision, pd.ObjectMeta, pd.updateRevision)
+		}
+		gotTyped, err := p.unpackObject(pt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotDynamic, err := p.unpackObject(pd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equality.Semantic.DeepEqual(gotTyped.Object, gotDynamic.Object) {
+			t.Errorf("%s: from the typed informer %v\nfrom the dynamic one %v", o.GetKind(), gotTyped.Object, gotDynamic.Object)
+		}
+		if n := len(gotTyped.GetManagedFields()); n != 1 {
+			t.Errorf("%s: %d managedFields entries kept, want the operator's one", o.GetKind(), n)
+		}
+		t.Logf("%s: %d bytes of JSON, packed from typed %d, from dynamic %d", o.GetKind(), len(raw), len(pt.packed), len(pd.packed))
+	}
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "sessions-1", Namespace: "shop", UID: "u1", ResourceVersion: "9",
+			Labels:          map[string]string{api.LabelInstance: "sessions", api.LabelRole: api.RolePrimary, "controller-revision-hash": "r1", "other": "x"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "sessions", UID: "s1", Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "redis"}}},
+		Status: corev1.PodStatus{PodIP: "198.18.0.9",
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "redis", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}},
+	}
+	for _, state := range []corev1.ContainerState{{Running: &corev1.ContainerStateRunning{}}, {Waiting: &corev1.ContainerStateWaiting{}}} {
+		pod.Status.ContainerStatuses[0].State = state
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromTyped, _ := podTransform(pod.DeepCopy())
+		fromDynamic, _ := podTransform(&unstructured.Unstructured{Object: obj})
+		if !reflect.DeepEqual(fromTyped, fromDynamic) {
+			t.Errorf("member pod from the typed informer %+v, from the dynamic one %+v", fromTyped, fromDynamic)
+		}
 	}
 }
 
