@@ -136,6 +136,8 @@ type packedObject struct {
 	ready string
 	// updateRevision is a StatefulSet's status.updateRevision, which every member pass reads.
 	updateRevision string
+	// version is a child's objectVersion (verified.go).
+	version uint64
 }
 
 // packTransform returns the transform of an informer of kind gvk: managedFields dropped but
@@ -185,7 +187,7 @@ func routingMeta(o metav1.Object) metav1.ObjectMeta {
 // managedFields entry is what the drift check reads; nothing reads the others'.
 func (p *packer) childTransform(gvk schema.GroupVersionKind, manager string) cache.TransformFunc {
 	return p.packTransform(gvk, manager, func(o metav1.Object) packedObject {
-		out := packedObject{ObjectMeta: routingMeta(o)}
+		out := packedObject{ObjectMeta: routingMeta(o), version: objectVersion(o)}
 		switch sts := o.(type) {
 		case *unstructured.Unstructured:
 			if gvk == statefulSetGVK {

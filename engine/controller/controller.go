@@ -113,6 +113,10 @@ type Controller struct {
 	store   memberStore
 	// statusWrites paces status writes that only report progress.
 	statusWrites statusWrites
+	// verified remembers each cache's last reconcile that found every child as wanted;
+	// verifiedReconciles counts the reconciles that went by it.
+	verified           verifiedPasses
+	verifiedReconciles atomic.Int64
 }
 
 // New builds a controller: informers for ManagedCaches and for every kind the templates render

@@ -452,6 +452,193 @@ func TestOneEventPerReconcile(t *testing.T) {
 	}
 }
 
+// A reconcile that finds every child as its last verified pass found them (same cache inputs,
+// same child versions) skips rendering and comparing, and only computes status; a change to a
+// child's metadata, to the spec or to a label of the cache makes the next one compare again.
+func TestVerifiedPassSkipsTheComparison(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, nil, newCache("sessions"))
+	// waitInformers waits until the informers show what the fake API server holds.
+	var waitInformers func(what string)
+	reconcileAndWait := func(what string) {
+		t.Helper()
+		if err := f.ctrl.reconcile(ctx, "shop/sessions"); err != nil {
+			t.Fatalf("%s: reconcile: %v", what, err)
+		}
+		waitInformers(what)
+	}
+	waitInformers = func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			behind := ""
+			for _, k := range f.ctrl.children {
+				list, err := f.client.Resource(k.gvr).Namespace("shop").List(ctx, metav1.ListOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, o := range list.Items {
+					obj, ok, _ := k.informer.GetIndexer().GetByKey("shop/" + o.GetName())
+					if !ok || obj.(*packedObject).GetResourceVersion() != o.GetResourceVersion() {
+						behind = k.gvk.Kind + "/" + o.GetName()
+					}
+				}
+			}
+			mcObj, ok, _ := f.ctrl.caches.GetIndexer().GetByKey("shop/sessions")
+			live, err := f.client.Resource(api.Resource).Namespace("shop").Get(ctx, "sessions", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok || mcObj.(*packedObject).GetResourceVersion() != live.GetResourceVersion() {
+				behind = "the cache"
+			}
+			if behind == "" {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the informers never showed %s", what, behind)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	reconcileAndWait("create")
+	reconcileAndWait("first comparison")
+	if _, ok := f.ctrl.verified.get("shop/sessions"); !ok {
+		t.Fatal("a reconcile that found every child as wanted recorded no verified pass")
+	}
+	f.client.ClearActions()
+	before := f.ctrl.verifiedReconciles.Load()
+	reconcileAndWait("nothing changed")
+	if got := f.ctrl.verifiedReconciles.Load() - before; got != 1 {
+		t.Errorf("a reconcile with nothing changed went by the verified pass %d times, want 1", got)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Errorf("a verified reconcile wrote %v", w)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		change func() error
+	}{
+		{"a child's label", func() error {
+			svc, err := f.client.Resource(schema.GroupVersionResource{Version: "v1", Resource: "services"}).Namespace("shop").Get(ctx, "sessions-rw", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			l := svc.GetLabels()
+			l[api.LabelInstance] = "someone-else"
+			svc.SetLabels(l)
+			svc.SetResourceVersion(svc.GetResourceVersion() + "1")
+			_, err = f.client.Resource(schema.GroupVersionResource{Version: "v1", Resource: "services"}).Namespace("shop").Update(ctx, svc, metav1.UpdateOptions{})
+			return err
+		}},
+		{"the spec", func() error {
+			mc, err := f.client.Resource(api.Resource).Namespace("shop").Get(ctx, "sessions", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			mc.SetGeneration(mc.GetGeneration() + 1)
+			_ = unstructured.SetNestedField(mc.Object, int64(2), "spec", "replicas")
+			mc.SetResourceVersion(mc.GetResourceVersion() + "1")
+			_, err = f.client.Resource(api.Resource).Namespace("shop").Update(ctx, mc, metav1.UpdateOptions{})
+			return err
+		}},
+		{"a label of the cache", func() error {
+			mc, err := f.client.Resource(api.Resource).Namespace("shop").Get(ctx, "sessions", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			mc.SetLabels(map[string]string{"team": "checkout"})
+			mc.SetResourceVersion(mc.GetResourceVersion() + "1")
+			_, err = f.client.Resource(api.Resource).Namespace("shop").Update(ctx, mc, metav1.UpdateOptions{})
+			return err
+		}},
+	} {
+		if err := tc.change(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		waitInformers(tc.name)
+		before := f.ctrl.verifiedReconciles.Load()
+		reconcileAndWait(tc.name)
+		if got := f.ctrl.verifiedReconciles.Load() - before; got != 0 {
+			t.Errorf("%s changed: the reconcile went by the verified pass; want a comparison", tc.name)
+		}
+		reconcileAndWait(tc.name + ", compared again")
+		before = f.ctrl.verifiedReconciles.Load()
+		reconcileAndWait(tc.name + ", nothing changed since")
+		if got := f.ctrl.verifiedReconciles.Load() - before; got != 1 {
+			t.Errorf("after %s changed and was compared: %d reconciles went by the verified pass, want 1", tc.name, got)
+		}
+	}
+	svc, err := f.client.Resource(schema.GroupVersionResource{Version: "v1", Resource: "services"}).Namespace("shop").Get(ctx, "sessions-rw", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := svc.GetLabels()[api.LabelInstance]; got != "sessions" {
+		t.Errorf("the changed label was not restored: %q", got)
+	}
+}
+
+// A child's version digest is the same packed and decoded; it changes with the metadata the
+// drift check compares and the generation, not with status (for kinds with a generation).
+func TestObjectVersion(t *testing.T) {
+	base := func() *unstructured.Unstructured {
+		o := child("apps/v1", "StatefulSet", "sessions", newCache("sessions"))
+		o.SetUID("u1")
+		o.SetGeneration(2)
+		o.SetResourceVersion("10")
+		o.SetLabels(map[string]string{"a": "1", "b": "2"})
+		return o
+	}
+	v := objectVersion(base())
+	same := base()
+	same.SetResourceVersion("11") // a status update
+	same.Object["status"] = map[string]interface{}{"readyReplicas": int64(3)}
+	same.SetLabels(map[string]string{"b": "2", "a": "1"})
+	if objectVersion(same) != v {
+		t.Error("a status update changed the version of a kind with a generation")
+	}
+	renderer, err := render.NewRenderer(templates.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newTestPacker(t, renderer)
+	stored, err := p.childTransform(statefulSetGVK, api.FieldManager)(base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoded, err := p.unpackObject(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.(*packedObject).version != v || objectVersion(decoded) != v {
+		t.Error("the packed object's version differs from the decoded one's")
+	}
+	for name, change := range map[string]func(o *unstructured.Unstructured){
+		"generation":  func(o *unstructured.Unstructured) { o.SetGeneration(3) },
+		"uid":         func(o *unstructured.Unstructured) { o.SetUID("u2") },
+		"label":       func(o *unstructured.Unstructured) { o.SetLabels(map[string]string{"a": "1"}) },
+		"label moved": func(o *unstructured.Unstructured) { o.SetLabels(map[string]string{"a": "12"}) },
+		"annotation":  func(o *unstructured.Unstructured) { o.SetAnnotations(map[string]string{"a": "1"}) },
+		"owner":       func(o *unstructured.Unstructured) { o.SetOwnerReferences(nil) },
+		"finalizer":   func(o *unstructured.Unstructured) { o.SetFinalizers([]string{"f"}) },
+		"deletion":    func(o *unstructured.Unstructured) { now := metav1.Now(); o.SetDeletionTimestamp(&now) },
+	} {
+		o := base()
+		change(o)
+		if objectVersion(o) == v {
+			t.Errorf("%s changed, the version did not", name)
+		}
+	}
+	secret := child("v1", "Secret", "sessions-auth", nil)
+	secret.SetResourceVersion("5")
+	sv := objectVersion(secret)
+	secret.SetResourceVersion("6")
+	if objectVersion(secret) == sv {
+		t.Error("a kind without a generation: a new resourceVersion did not change the version")
+	}
+}
+
 // Progress (the ready count, members, a message) waits for the pace; a user-facing change (a
 // condition's status or reason, the generation, the primary) is written at once.
 func TestStatusWritesArePaced(t *testing.T) {

@@ -49,6 +49,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	}
 	if !exists {
 		c.statusWrites.forget(key)
+		c.verified.forget(key)
 		klog.V(4).InfoS("ManagedCache is gone; its children are left to garbage collection", "managedcache", key)
 		return nil
 	}
@@ -68,6 +69,14 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		return c.writeStatus(ctx, mc, invalidStatus(mc, ReasonInvalidSpec, err.Error()))
 	}
 
+	view, viewOK := c.store.view(key)
+	inputs, epoch := cacheInputs(mc, view.Observed, view.Primary), c.differ.DefaultsEpoch()
+	if pass, ok := c.verified.get(key); ok && c.stillVerified(pass, inputs, epoch) {
+		// Nothing the last verdict read has changed: every child is still as wanted.
+		return c.statusOfVerified(ctx, mc, spec, pass, view, viewOK)
+	}
+	c.verified.forget(key)
+
 	password, err := c.password(mc)
 	if err != nil {
 		return err
@@ -78,7 +87,6 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		return c.writeStatus(ctx, mc, invalidStatus(mc, ReasonRenderFailed, err.Error()))
 	}
 	sortForApply(desired)
-	view, viewOK := c.store.view(key)
 	for _, want := range desired {
 		if want.GroupVersionKind() == statefulSetGVK && view.Observed {
 			// Only an observed cache hands over; an unobserved one just scales.
@@ -129,12 +137,54 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		}
 	}
 	done.record(c.recorder, mc)
+	if failReason == "" && retry == nil && len(done.created)+len(done.updated) == 0 && storage.condition == nil &&
+		!storage.replaced && len(done.verified) == len(desired) {
+		pass := verifiedPass{inputs: inputs, epoch: epoch, children: done.verified, sts: -1}
+		for i, ch := range pass.children {
+			if c.children[ch.kind].gvk == statefulSetGVK {
+				pass.sts = i
+			}
+		}
+		c.verified.set(key, pass)
+	}
 	c.members.Add(key) // the member pass follows what this reconcile wrote
 	if err := c.writeStatus(ctx, mc, newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, storage.condition, view, viewOK, failReason, failMessage)); err != nil {
 		return errors.Join(retry, err)
 	}
 	logger.V(3).Info("Reconciled", "failed", failReason)
 	return retry
+}
+
+// outcomeVerified is the children_total outcome of a child known to be as wanted from its
+// version (no comparison made).
+const outcomeVerified = "verified"
+
+// statusOfVerified finishes a reconcile whose children are as its last verified pass found them:
+// only the status is computed anew (from the StatefulSet's, which changes as pods come and go).
+func (c *Controller) statusOfVerified(ctx context.Context, mc *unstructured.Unstructured, spec api.Spec, pass verifiedPass, view memberView, viewOK bool) error {
+	var sts *unstructured.Unstructured
+	if pass.sts >= 0 {
+		ch := pass.children[pass.sts]
+		obj, exists, err := c.children[ch.kind].informer.GetIndexer().GetByKey(ch.key)
+		if err != nil {
+			return err
+		}
+		if exists {
+			if sts, err = c.packer.unpackObject(obj); err != nil {
+				return err
+			}
+		}
+	}
+	for _, ch := range pass.children {
+		metrics.ChildCompared(c.children[ch.kind].gvk.Kind, outcomeVerified)
+	}
+	c.verifiedReconciles.Add(1)
+	c.members.Add(mc.GetNamespace() + "/" + mc.GetName())
+	if err := c.writeStatus(ctx, mc, newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, nil, view, viewOK, "", "")); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(3).Info("Reconciled; every child as verified before")
+	return nil
 }
 
 // errNotOurs marks a child that exists but belongs to something else.
@@ -181,6 +231,9 @@ func (c *Controller) sync(ctx context.Context, mc, want *unstructured.Unstructur
 		return live, ssa.Failed, err
 	}
 	if len(drift) == 0 {
+		if kind := c.kindIndex(want.GetKind(), want.GetAPIVersion()); kind >= 0 {
+			done.verified = append(done.verified, childVersion{kind: kind, key: live.GetNamespace() + "/" + live.GetName(), version: objectVersion(live)})
+		}
 		return live, ssa.Unchanged, nil
 	}
 	out, err := c.applier.Apply(ctx, want, live)
@@ -431,6 +484,8 @@ func sortForApply(objs []*unstructured.Unstructured) {
 // six children gets one "Created" Event, not six.
 type changes struct {
 	created, updated []string
+	// verified are the children found as wanted, at the version compared.
+	verified []childVersion
 }
 
 // maxEventMessage keeps an Event's message within what the API server accepts.

@@ -21,6 +21,8 @@ type serverDefaults struct {
 	// byKind maps a kind to its patterns; a pattern seen with two different values maps to
 	// ambiguous and is never skipped.
 	byKind map[schema.GroupVersionKind]map[string]interface{}
+	// epoch counts the changes to byKind: a verdict of the drift check holds while it stays.
+	epoch uint64
 }
 
 // ambiguous marks a pattern the server filled with different values in different objects.
@@ -66,13 +68,25 @@ func (d *Differ) LearnDefaults(want, created *unstructured.Unstructured, manager
 		d.defaults.byKind[gvk] = known
 	}
 	for p, v := range learned {
-		if old, seen := known[p]; seen && !reflect.DeepEqual(old, v) {
+		old, seen := known[p]
+		switch {
+		case !seen:
+			known[p] = v
+			d.defaults.epoch++
+		case old != ambiguous && !reflect.DeepEqual(old, v):
 			known[p] = ambiguous
-			continue
+			d.defaults.epoch++
 		}
-		known[p] = v
 	}
 	return nil
+}
+
+// DefaultsEpoch changes whenever the Differ learns a default it did not know (or finds one
+// ambiguous): a Drift verdict given in one epoch may differ in another.
+func (d *Differ) DefaultsEpoch() uint64 {
+	d.defaults.mu.RLock()
+	defer d.defaults.mu.RUnlock()
+	return d.defaults.epoch
 }
 
 // isServerDefault reports whether the field at p of live holds the value the API server fills in

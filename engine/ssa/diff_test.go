@@ -289,8 +289,17 @@ func TestDriftIgnoresLearnedServerDefaults(t *testing.T) {
 	if got, _ := d.Drift(want("a"), created("a", "None", ""), "cache-operator"); len(got) != 3 {
 		t.Fatalf("before learning: drift %q, want the three fields the server filled in", got)
 	}
+	epoch := d.DefaultsEpoch()
 	if err := d.LearnDefaults(want("a"), created("a", "None", ""), "cache-operator"); err != nil {
 		t.Fatal(err)
+	}
+	// The epoch moves when something is learned, and only then: a verdict holds within one.
+	learned := d.DefaultsEpoch()
+	if learned == epoch {
+		t.Error("learning three defaults left the epoch as it was")
+	}
+	if err := d.LearnDefaults(want("c"), created("c", "None", ""), "cache-operator"); err != nil || d.DefaultsEpoch() != learned {
+		t.Errorf("learning the same defaults again moved the epoch (%v)", err)
 	}
 	for _, tc := range []struct {
 		name string
