@@ -173,8 +173,7 @@ func (p *packer) packTransform(gvk schema.GroupVersionKind, manager string, rout
 	}
 }
 
-// routingMeta is the metadata a packed object keeps unpacked: what enqueueOwner routes by, what
-// statusOnlyUpdate and cacheUpdated compare.
+// routingMeta is the metadata a packed ManagedCache keeps unpacked: what cacheUpdated compares.
 func routingMeta(o metav1.Object) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name: o.GetName(), Namespace: o.GetNamespace(), UID: o.GetUID(), ResourceVersion: o.GetResourceVersion(),
@@ -187,7 +186,15 @@ func routingMeta(o metav1.Object) metav1.ObjectMeta {
 // managedFields entry is what the drift check reads; nothing reads the others'.
 func (p *packer) childTransform(gvk schema.GroupVersionKind, manager string) cache.TransformFunc {
 	return p.packTransform(gvk, manager, func(o metav1.Object) packedObject {
-		out := packedObject{ObjectMeta: routingMeta(o), version: objectVersion(o)}
+		// Only what enqueueOwner routes by; the version stands for the rest of the metadata.
+		out := packedObject{ObjectMeta: metav1.ObjectMeta{
+			Name: o.GetName(), Namespace: o.GetNamespace(), UID: o.GetUID(), ResourceVersion: o.GetResourceVersion(),
+			Generation: o.GetGeneration(), DeletionTimestamp: o.GetDeletionTimestamp(),
+			Labels: keepLabels(o.GetLabels(), api.LabelManagedBy, api.LabelInstance),
+		}, version: objectVersion(o)}
+		if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
+			out.OwnerReferences = []metav1.OwnerReference{*ref}
+		}
 		switch sts := o.(type) {
 		case *unstructured.Unstructured:
 			if gvk == statefulSetGVK {

@@ -216,8 +216,8 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: c.enqueueOwner,
 			UpdateFunc: func(old, cur interface{}) {
-				o, n := old.(metav1.Object), cur.(metav1.Object)
-				if o.GetResourceVersion() != n.GetResourceVersion() && (readsStatus || !statusOnlyUpdate(o, n)) {
+				if o, n := old.(metav1.Object), cur.(metav1.Object); o.GetResourceVersion() != n.GetResourceVersion() &&
+					(readsStatus || !statusOnlyChildUpdate(old, cur)) {
 					c.enqueueOwner(cur)
 				}
 			},
@@ -401,6 +401,17 @@ func statusOnlyUpdate(old, cur metav1.Object) bool {
 		reflect.DeepEqual(old.GetOwnerReferences(), cur.GetOwnerReferences()) &&
 		reflect.DeepEqual(old.GetFinalizers(), cur.GetFinalizers()) &&
 		old.GetDeletionTimestamp().Equal(cur.GetDeletionTimestamp())
+}
+
+// statusOnlyChildUpdate is statusOnlyUpdate for the children as the informers hold them: the
+// version digest stands for the generation and the metadata compared.
+func statusOnlyChildUpdate(old, cur interface{}) bool {
+	o, ok1 := old.(*packedObject)
+	n, ok2 := cur.(*packedObject)
+	if !ok1 || !ok2 {
+		return false
+	}
+	return n.GetGeneration() != 0 && o.version == n.version
 }
 
 // enqueueOwner enqueues the ManagedCache that controls a child; an orphan carrying a cache's
