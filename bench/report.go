@@ -69,6 +69,7 @@ func summarize(runs []runResult) summary {
 	s.PeakRSSMiB = med(func(r runResult) float64 { return r.PeakRSSMiB })
 	s.ConvergedRSSMiB = med(func(r runResult) float64 { return r.ConvergedRSSMiB })
 	s.PeakHeapMiB = med(func(r runResult) float64 { return r.PeakHeapMiB })
+	s.GCPercent = med(func(r runResult) float64 { return r.GCPercent })
 	s.CPUS = med(func(r runResult) float64 { return r.CPUS })
 	s.CPUConvergeS = med(func(r runResult) float64 { return r.CPUConvergeS })
 	s.CPUIdleS = med(func(r runResult) float64 { return r.CPUIdleS })

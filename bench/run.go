@@ -97,6 +97,9 @@ type runResult struct {
 	PeakRSSMiB      float64 `json:"peak_rss_mib"`
 	ConvergedRSSMiB float64 `json:"converged_rss_mib"`
 	PeakHeapMiB     float64 `json:"peak_heap_mib"`
+	// GCPercent is the operator's Go GC target (go_gc_gogc_percent), which sets the heap's
+	// room for garbage above what is live.
+	GCPercent float64 `json:"gc_percent"`
 	CPUS            float64 `json:"cpu_s"`
 	CPUConvergeS    float64 `json:"cpu_converge_s"`
 	CPUIdleS        float64 `json:"cpu_idle_s"`
@@ -765,6 +768,9 @@ func measureOperator(ctx context.Context, cfg runConfig, res *runResult) error {
 		return err
 	}
 	logf("N=%d: converged; operator requests: %s", cfg.n, res.Converge.describe())
+	if res.GCPercent, err = framework.Metric(op.metrics, "go_gc_gogc_percent"); err != nil {
+		return err
+	}
 	if cfg.profile {
 		saveProfile(op, filepath.Join(cfg.logDir, fmt.Sprintf("heap-n%d-f%d-run%d-converged.pprof", cfg.n, cfg.foreign, cfg.run)))
 	}
