@@ -725,18 +725,7 @@ func TestStatusWritesArePaced(t *testing.T) {
 // the object, decoded back to it (with the operator's managedFields entry only), and a fraction of
 // the JSON's size.
 func TestPackedChildRoundTrip(t *testing.T) {
-	renderer, err := render.NewRenderer(templates.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := renderer.Samples("shop", "sessions")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newTestPacker(t, renderer)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs, p := samplesAndPacker(t)
 	totalJSON, totalPacked := 0, 0
 	for _, o := range objs {
 		transform := p.childTransform(o.GroupVersionKind(), api.FieldManager)
@@ -788,15 +777,7 @@ func TestPackedChildRoundTrip(t *testing.T) {
 // A built-in child read through the typed (protobuf) informer is packed as the same object as
 // when a dynamic informer reads the API server's JSON of it; a pod becomes the same member pod.
 func TestTypedInformerObjectsPackAsDynamic(t *testing.T) {
-	renderer, err := render.NewRenderer(templates.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := renderer.Samples("shop", "sessions")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newTestPacker(t, renderer)
+	objs, p := samplesAndPacker(t)
 	created := metav1.NewTime(time.Date(2026, 12, 1, 7, 0, 0, 0, time.UTC))
 	for _, o := range objs {
 		o.SetResourceVersion("42")
@@ -879,6 +860,20 @@ func TestTypedInformerObjectsPackAsDynamic(t *testing.T) {
 			t.Errorf("member pod from the typed informer %+v, from the dynamic one %+v", fromTyped, fromDynamic)
 		}
 	}
+}
+
+// samplesAndPacker returns the sample children of cache shop/sessions and the packer New makes.
+func samplesAndPacker(t *testing.T) ([]*unstructured.Unstructured, *packer) {
+	t.Helper()
+	renderer, err := render.NewRenderer(templates.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := renderer.Samples("shop", "sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs, newTestPacker(t, renderer)
 }
 
 // newTestPacker is the packer New makes: its dictionary is another cache's sample children.
