@@ -99,11 +99,11 @@ type runResult struct {
 	PeakHeapMiB     float64 `json:"peak_heap_mib"`
 	// GCPercent is the operator's Go GC target (go_gc_gogc_percent), which sets the heap's
 	// room for garbage above what is live.
-	GCPercent float64 `json:"gc_percent"`
-	CPUS            float64 `json:"cpu_s"`
-	CPUConvergeS    float64 `json:"cpu_converge_s"`
-	CPUIdleS        float64 `json:"cpu_idle_s"`
-	CPURollS        float64 `json:"cpu_roll_s"`
+	GCPercent    float64 `json:"gc_percent"`
+	CPUS         float64 `json:"cpu_s"`
+	CPUConvergeS float64 `json:"cpu_converge_s"`
+	CPUIdleS     float64 `json:"cpu_idle_s"`
+	CPURollS     float64 `json:"cpu_roll_s"`
 
 	// The seconds at which each cache turned Ready, ascending: the plot's curves.
 	OperatorCurve []float64 `json:"operator_curve,omitempty"`
