@@ -211,6 +211,17 @@ func TestCacheLifecycle(t *testing.T) {
 		if r, _, _ := unstructured.NestedInt64(cur.Object, "spec", "replicas"); r != 5 {
 			t.Errorf("StatefulSet replicas %d after kubectl scale --replicas=5", r)
 		}
+		// The StatefulSet was made with a plain create and has been applied since: the operator's
+		// fields moved to its Apply entry (computed from its informer's copy), and the other
+		// managers' entries are intact.
+		entries := map[string]bool{}
+		for _, e := range cur.GetManagedFields() {
+			entries[e.Manager+"/"+string(e.Operation)+"/"+e.Subresource] = true
+		}
+		if entries["cache-operator/Update/"] || !entries["cache-operator/Apply/"] ||
+			!entries["kube-controller-manager/Update/status"] || !entries["someone-else/Update/"] {
+			t.Errorf("StatefulSet managedFields %v; want the operator's Apply entry, no Update entry of its own, and the others' kept", entries)
+		}
 		if got := password(t, c, ns, "sessions"); got != pw {
 			t.Fatal("the password changed on scale")
 		}

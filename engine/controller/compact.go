@@ -240,7 +240,10 @@ func (p *packer) unpackObject(obj interface{}) (*unstructured.Unstructured, erro
 
 // keepManagedFields drops every managedFields entry of o except manager's own on the main
 // resource ("": drop all). Other managers' entries are often most of an object's size, and the
-// controller never reads them.
+// controller never reads them; with one exception: while manager owns fields through an update
+// (a child made by a plain create and not yet applied), every entry is kept, because the first
+// apply moves those fields to manager's apply entry with a patch of the whole list, computed from
+// this copy (ssa.Applier.Apply), so that it needs no read.
 func keepManagedFields(o metav1.Object, manager string) {
 	entries := o.GetManagedFields()
 	if len(entries) == 0 {
@@ -249,6 +252,9 @@ func keepManagedFields(o metav1.Object, manager string) {
 	var kept []metav1.ManagedFieldsEntry
 	for _, e := range entries {
 		if manager != "" && e.Manager == manager && e.Subresource == "" {
+			if e.Operation == metav1.ManagedFieldsOperationUpdate {
+				return
+			}
 			kept = append(kept, e)
 		}
 	}

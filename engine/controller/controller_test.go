@@ -425,6 +425,39 @@ func TestInformersHoldOnlyOurObjects(t *testing.T) {
 	}
 }
 
+// A child the operator made with a plain create (its entry is an Update) keeps every manager's
+// entry until its first apply, which rewrites the whole list from this copy; after it, only the
+// operator's Apply entry is kept.
+func TestManagedFieldsKeptUntilTheUpgrade(t *testing.T) {
+	entry := func(manager string, op metav1.ManagedFieldsOperationType, sub string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, Subresource: sub, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{}`)}}
+	}
+	kcm := entry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate, "status")
+	for _, tc := range []struct {
+		name string
+		in   []metav1.ManagedFieldsEntry
+		want []string
+	}{
+		{"created, not yet applied", []metav1.ManagedFieldsEntry{entry(api.FieldManager, metav1.ManagedFieldsOperationUpdate, ""), kcm},
+			[]string{api.FieldManager + "/Update/", "kube-controller-manager/Update/status"}},
+		{"applied", []metav1.ManagedFieldsEntry{entry(api.FieldManager, metav1.ManagedFieldsOperationApply, ""), kcm},
+			[]string{api.FieldManager + "/Apply/"}},
+		{"the operator's status entry is not an Update of the object", []metav1.ManagedFieldsEntry{entry(api.FieldManager, metav1.ManagedFieldsOperationUpdate, "status"), kcm},
+			nil},
+	} {
+		o := child("apps/v1", "StatefulSet", "sessions", nil)
+		o.SetManagedFields(tc.in)
+		keepManagedFields(o, api.FieldManager)
+		var got []string
+		for _, e := range o.GetManagedFields() {
+			got = append(got, e.Manager+"/"+string(e.Operation)+"/"+e.Subresource)
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: kept %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // A reconcile that creates a cache's children reports them in one Event, not one per child; a
 // reconcile that changes nothing reports nothing.
 func TestOneEventPerReconcile(t *testing.T) {

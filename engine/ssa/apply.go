@@ -49,14 +49,16 @@ func (a *Applier) resource(obj *unstructured.Unstructured) (dynamic.ResourceInte
 // Apply server-side applies obj. live, when given, is the current object (a cached copy will do):
 // if this manager once created it with a plain create (an "Update" entry in managedFields), its
 // fields are first moved to the apply entry, so that a field later dropped from a template really
-// is removed.
+// is removed. That move rewrites the whole managedFields list, so a cached live must then hold
+// every manager's entries (a cache that trims them must keep them while this manager's Update
+// entry is there).
 func (a *Applier) Apply(ctx context.Context, obj, live *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	ri, err := a.resource(obj)
 	if err != nil {
 		return nil, err
 	}
 	if live != nil && hasUpdateEntry(live, a.manager) {
-		if err := a.upgradeManagedFields(ctx, ri, obj); err != nil {
+		if err := a.upgradeManagedFields(ctx, ri, obj, live); err != nil {
 			return nil, err
 		}
 	}
@@ -69,14 +71,16 @@ func (a *Applier) Apply(ctx context.Context, obj, live *unstructured.Unstructure
 
 // upgradeManagedFields moves the fields this manager owns through an update (a plain create) to
 // its apply entry. The patch replaces the whole managedFields list, guarded by the
-// resourceVersion, so it is computed from the object as the API server has it now (a cached copy
-// may lack other managers' entries, or be behind), and computed again after a conflict.
-func (a *Applier) upgradeManagedFields(ctx context.Context, ri dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
+// resourceVersion: it is computed first from cur (the caller's copy, often an informer's, which
+// costs no read) and, if that copy was behind (a conflict), from the object as the API server has
+// it now.
+func (a *Applier) upgradeManagedFields(ctx context.Context, ri dynamic.ResourceInterface, obj, cur *unstructured.Unstructured) error {
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
-		var cur *unstructured.Unstructured
-		if cur, err = ri.Get(ctx, obj.GetName(), metav1.GetOptions{}); err != nil {
-			return Errorf(obj, "upgrading managed fields: %w", err)
+		if attempt > 0 {
+			if cur, err = ri.Get(ctx, obj.GetName(), metav1.GetOptions{}); err != nil {
+				return Errorf(obj, "upgrading managed fields: %w", err)
+			}
 		}
 		patch, perr := csaupgrade.UpgradeManagedFieldsPatch(cur, sets.New(a.manager), a.manager)
 		if perr != nil {
