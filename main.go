@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -26,6 +27,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "render" {
+		os.Exit(renderCommand(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	var cfg app.Config
 	hostname, _ := os.Hostname()
 	flag.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty: in-cluster configuration")
@@ -106,4 +110,54 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// renderCommand is `cache-operator render -f FILE [--templates-dir DIR]`: it prints the children
+// the ManagedCaches in FILE ("-": standard input) would get, as `helm template` does, without a
+// cluster. It returns the exit code.
+func renderCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	set := flag.NewFlagSet("render", flag.ContinueOnError)
+	set.SetOutput(stderr)
+	set.Usage = func() {
+		fmt.Fprintln(stderr, "usage: cache-operator render -f FILE [flags]\n\nPrints the children the ManagedCaches in FILE (v1 or v2; - for standard input) would get.\n\nflags:")
+		set.PrintDefaults()
+	}
+	file := set.String("f", "", "the ManagedCache(s), YAML (required; - reads standard input)")
+	templatesDir := set.String("templates-dir", "", "render from this folder instead of the embedded templates")
+	repos := render.DefaultImageRepositories()
+	redisRepo := set.String("image-repository", repos["redis"], "image repository of engine redis; the tag is the engine version")
+	valkeyRepo := set.String("valkey-image-repository", repos["valkey"], "image repository of engine valkey")
+	clusterDomain := set.String("cluster-domain", api.DefaultClusterDomain, "the cluster's DNS domain")
+	if err := set.Parse(args); err != nil {
+		return 2
+	}
+	if *file == "" || set.NArg() > 0 {
+		set.Usage()
+		return 2
+	}
+	var tfs fs.FS = templates.FS
+	if *templatesDir != "" {
+		tfs = os.DirFS(*templatesDir)
+	}
+	renderer, err := render.NewRenderer(tfs)
+	if err != nil {
+		fmt.Fprintf(stderr, "render: templates: %v\n", err)
+		return 1
+	}
+	in := stdin
+	if *file != "-" {
+		f, err := os.Open(*file)
+		if err != nil {
+			fmt.Fprintf(stderr, "render: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		in = f
+	}
+	cfg := render.Config{Images: render.ImageRepositories{"redis": *redisRepo, "valkey": *valkeyRepo}, ClusterDomain: *clusterDomain}
+	if err := render.Preview(in, stdout, renderer, cfg, render.PreviewPassword); err != nil {
+		fmt.Fprintf(stderr, "render: %v\n", err)
+		return 1
+	}
+	return 0
 }
