@@ -176,8 +176,8 @@ func TestBenchOnTheTestCluster(t *testing.T) {
 	if res.Converge.ListWatch == 0 || res.Roll.Writes == 0 {
 		t.Errorf("no list/watch while converging or no write while rolling: %s / %s", res.Converge.describe(), res.Roll.describe())
 	}
-	if res.GCPercent != 50 {
-		t.Errorf("the operator's Go GC target is %v; want the default --gc-percent, 50", res.GCPercent)
+	if res.GCPercent != 25 {
+		t.Errorf("the operator's Go GC target is %v; want the default --gc-percent, 25", res.GCPercent)
 	}
 	if res.PeakRSSMiB <= 0 || res.CPUS <= 0 || res.PeakHeapMiB <= 0 {
 		t.Errorf("process figures: peak RSS %v MiB, CPU %v s, heap %v MiB", res.PeakRSSMiB, res.CPUS, res.PeakHeapMiB)
