@@ -157,15 +157,17 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 	if _, err := c.Kubectl(ctx, "label", "secret", "m-auth", "-n", ns, "app.kubernetes.io/instance-"); err != nil {
 		t.Fatal(err)
 	}
-	// A Service whose managed-by label was removed: the informers no longer show it, the create
-	// finds it, and the operator restores it.
-	if _, err := c.Kubectl(ctx, "label", "service", "m", "-n", ns, "app.kubernetes.io/managed-by-"); err != nil {
-		t.Fatal(err)
+	// Children whose managed-by label was removed: the informers no longer show them, the create
+	// finds each (get), and the operator restores it.
+	for _, kind := range []string{"service", "statefulset", "poddisruptionbudget"} {
+		if _, err := c.Kubectl(ctx, "label", kind, "m", "-n", ns, "app.kubernetes.io/managed-by-"); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 30*time.Second, "the "+kind+"'s label to be restored", func() (bool, string, error) {
+			out, err := c.Kubectl(ctx, "get", kind, "m", "-n", ns, "-o", "jsonpath={.metadata.labels.app\\.kubernetes\\.io/managed-by}")
+			return out == "cache-operator", out, err
+		})
 	}
-	framework.Eventually(t, 30*time.Second, "the Service's label to be restored", func() (bool, string, error) {
-		out, err := c.Kubectl(ctx, "get", "service", "m", "-n", ns, "-o", "jsonpath={.metadata.labels.app\\.kubernetes\\.io/managed-by}")
-		return out == "cache-operator", out, err
-	})
 	framework.Eventually(t, 30*time.Second, "the Secret's label to be restored", func() (bool, string, error) {
 		s, err := c.Kube.CoreV1().Secrets(ns).Get(ctx, "m-auth", metav1.GetOptions{})
 		if err != nil {
