@@ -165,13 +165,13 @@ func TestBenchOnTheTestCluster(t *testing.T) {
 		t.Errorf("curves %v and %v, times %v, %v, roll %v with %d Ready: want %d caches Ready in both and rolled, positive times",
 			res.OperatorCurve, res.OracleCurve, res.OperatorS, res.OracleS, res.RollS, res.RollReady, n)
 	}
-	// Each cache's six children (Secret, three Services, StatefulSet, budget) were created by the
-	// operator, once, in the caches' namespace, and the audit log saw them. (The dry-run creates
-	// that learn the API server's defaults go to the operator's namespace.)
+	// Each cache's seven children (Secret, ConfigMap, three Services, StatefulSet, budget) were
+	// created by the operator, once, in the caches' namespace, and the audit log saw them. (The
+	// dry-run creates that learn the API server's defaults go to the operator's namespace.)
 	created := res.Converge.InNamespaceByVerb
-	if created["CREATE secrets"] != n || created["CREATE services"] != 3*n || created["CREATE statefulsets.apps"] != n ||
-		created["CREATE poddisruptionbudgets.policy"] != n || res.WritesPerCache < 6 {
-		t.Errorf("%.2f writes per cache, in the caches' namespace %v; want the 6 children of each created once", res.WritesPerCache, created)
+	if created["CREATE secrets"] != n || created["CREATE configmaps"] != n || created["CREATE services"] != 3*n ||
+		created["CREATE statefulsets.apps"] != n || created["CREATE poddisruptionbudgets.policy"] != n || res.WritesPerCache < 7 {
+		t.Errorf("%.2f writes per cache, in the caches' namespace %v; want the 7 children of each created once", res.WritesPerCache, created)
 	}
 	if res.Converge.ListWatch == 0 || res.Roll.Writes == 0 {
 		t.Errorf("no list/watch while converging or no write while rolling: %s / %s", res.Converge.describe(), res.Roll.describe())

@@ -9,7 +9,7 @@
 //  1. N caches (sizes 1-3) created at once: seconds until every one is Ready;
 //  2. the operator's requests by verb and resource, from the API server's audit log;
 //  3. an idle window after convergence: requests while nothing changes;
-//  4. a rolling change of every cache (the eviction policy): seconds, writes;
+//  4. a rolling change of every cache (a CPU request: every member restarts): seconds, writes;
 //  5. the operator's peak RSS (VmHWM), peak Go heap and CPU seconds;
 //
 // The oracle: the same children applied directly, no operator, until every StatefulSet is ready.

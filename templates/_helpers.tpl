@@ -1,7 +1,8 @@
 {{/*
-redis.conf: the server configuration, written into the container at start. The password is not
-here: the container appends it from the Secret at start, so it never appears in the pod spec.
-The StatefulSet's pod template carries a checksum of this text, so a change rolls the pods.
+redis.conf: the settings that take effect when the server starts, written into the container at
+start. The password is not here: the container appends it from the Secret at start, so it never
+appears in the pod spec. The StatefulSet's pod template carries a checksum of this text, so a
+change rolls the pods.
 */}}
 {{- define "redis.conf" -}}
 port {{ .Port }}
@@ -9,10 +10,19 @@ bind * -::*
 protected-mode no
 dir /data
 appendonly yes
-maxmemory-policy {{ .Spec.Eviction.Policy }}
-{{- with .Spec.Eviction.MaxMemoryBytes }}
-maxmemory {{ . }}
 {{- end }}
+
+{{/*
+redis.live.conf: the settings the server applies while it runs (CONFIG SET). They live in the
+ConfigMap, not in the pod template: a change rolls no pod, the operator applies it to every member
+it can reach, and a member that starts reads the current ones. Each value as CONFIG GET reports it
+(maxmemory in bytes), so that the operator can tell an applied setting from one still to apply.
+maxmemory always has a value (engine/api: maxMemoryFor): from spec.eviction.maxMemory, or three
+quarters of the memory limit, or half the volume.
+*/}}
+{{- define "redis.live.conf" -}}
+maxmemory {{ .Spec.Eviction.MaxMemoryBytes }}
+maxmemory-policy {{ .Spec.Eviction.Policy }}
 {{- end }}
 
 {{/* server: the program name stem of the engine (redis-server, valkey-server, ...-cli). */}}

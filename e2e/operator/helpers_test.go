@@ -194,6 +194,7 @@ type child struct {
 
 var children = map[string]child{
 	"Secret":              {schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, func(n string) string { return n + "-auth" }, 1},
+	"ConfigMap":           {schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, func(n string) string { return n + "-config" }, 1},
 	"Service":             {schema.GroupVersionResource{Version: "v1", Resource: "services"}, func(n string) string { return n }, 3},
 	"StatefulSet":         {schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}, func(n string) string { return n }, 1},
 	"PodDisruptionBudget": {schema.GroupVersionResource{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}, func(n string) string { return n }, 1},

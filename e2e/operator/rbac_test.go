@@ -29,7 +29,7 @@ var unobservable = func() map[string]string {
 	}
 	// client-go 1.37 informers fill their caches with a streaming watch (WatchListClient); they
 	// fall back to a plain list on API servers that do not offer it.
-	for _, r := range []string{"cache.example.com/managedcaches", "/secrets", "/services", "apps/statefulsets", "policy/poddisruptionbudgets", "/pods"} {
+	for _, r := range []string{"cache.example.com/managedcaches", "/secrets", "/configmaps", "/services", "apps/statefulsets", "policy/poddisruptionbudgets", "/pods"} {
 		m[r+" list"] = "the informers' fallback when the API server offers no streaming list"
 	}
 	return m
@@ -159,12 +159,16 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 	}
 	// Children whose managed-by label was removed: the informers no longer show them, the create
 	// finds each (get), and the operator restores it.
-	for _, kind := range []string{"service", "statefulset", "poddisruptionbudget"} {
-		if _, err := c.Kubectl(ctx, "label", kind, "m", "-n", ns, "app.kubernetes.io/managed-by-"); err != nil {
+	for _, kind := range []string{"service", "statefulset", "poddisruptionbudget", "configmap"} {
+		name := "m"
+		if kind == "configmap" {
+			name = "m-config"
+		}
+		if _, err := c.Kubectl(ctx, "label", kind, name, "-n", ns, "app.kubernetes.io/managed-by-"); err != nil {
 			t.Fatal(err)
 		}
 		framework.Eventually(t, 30*time.Second, "the "+kind+"'s label to be restored", func() (bool, string, error) {
-			out, err := c.Kubectl(ctx, "get", kind, "m", "-n", ns, "-o", "jsonpath={.metadata.labels.app\\.kubernetes\\.io/managed-by}")
+			out, err := c.Kubectl(ctx, "get", kind, name, "-n", ns, "-o", "jsonpath={.metadata.labels.app\\.kubernetes\\.io/managed-by}")
 			return out == "cache-operator", out, err
 		})
 	}

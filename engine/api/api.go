@@ -58,6 +58,14 @@ const PasswordKey = "password"
 // password from this Secret before rendering, so the name is fixed here, not in a template.
 func SecretName(cacheName string) string { return cacheName + "-auth" }
 
+// ConfigName returns the name of the ConfigMap that holds a cache's live settings: the ones the
+// server applies while it runs (CONFIG SET), which the member passes read to apply them.
+func ConfigName(cacheName string) string { return cacheName + "-config" }
+
+// LiveConfigKey is the key of the live settings in that ConfigMap: redis.conf lines ("name
+// value"), each value as CONFIG GET reports it.
+const LiveConfigKey = "live.conf"
+
 // Standard label keys and values carried by every child.
 const (
 	LabelName      = "app.kubernetes.io/name"

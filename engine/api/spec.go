@@ -44,13 +44,44 @@ type Storage struct {
 	StorageClassName string
 }
 
-// Eviction configures maxmemory-policy and, optionally, maxmemory.
+// Eviction configures maxmemory-policy and maxmemory.
 type Eviction struct {
 	Policy string
-	// MaxMemory is a quantity; empty: no limit.
+	// MaxMemory is the quantity spec.eviction.maxMemory gives (empty: none given).
 	MaxMemory string
-	// MaxMemoryBytes is MaxMemory in bytes (0: no limit), as redis.conf wants it.
+	// MaxMemoryBytes is the server's maxmemory in bytes, as redis.conf wants it, always set:
+	// MaxMemory when given, or else derived (MaxMemorySource says from what; see maxMemoryFor).
 	MaxMemoryBytes int64
+	// MaxMemorySource is where MaxMemoryBytes comes from: MaxMemoryFromSpec,
+	// MaxMemoryFromLimit or MaxMemoryFromStorage.
+	MaxMemorySource string
+}
+
+// Where a cache's maxmemory comes from.
+const (
+	MaxMemoryFromSpec    = "spec.eviction.maxMemory"
+	MaxMemoryFromLimit   = "resources.limits.memory"
+	MaxMemoryFromStorage = "storage.size"
+)
+
+// maxMemoryFor is the maxmemory of a cache that does not set spec.eviction.maxMemory.
+//   - With a memory limit: three quarters of it. The rest is headroom the server needs beyond its
+//     dataset, which maxmemory does not count: the copy-on-write pages of the child it forks to
+//     rewrite the AOF, replication and client output buffers, and allocator fragmentation. (A
+//     quarter is what ElastiCache reserves by default, reserved-memory-percent 25.)
+//   - Without one (v1 has no memory field): half the data volume, so that the AOF, which holds
+//     about the dataset, fits on the volume twice over while it is rewritten. A cache never grows
+//     past what its disk can persist; the volume is the one size every cache has.
+func maxMemoryFor(s Spec) (int64, string) {
+	if limits, ok := s.Resources["limits"].(map[string]interface{}); ok {
+		if str, ok := limits["memory"].(string); ok {
+			if q, err := resource.ParseQuantity(str); err == nil && q.Sign() > 0 {
+				return q.Value() / 4 * 3, MaxMemoryFromLimit
+			}
+		}
+	}
+	size := resource.MustParse(s.Storage.Size) // validated by the caller
+	return size.Value() / 2, MaxMemoryFromStorage
 }
 
 var (
@@ -131,7 +162,9 @@ func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
 		if err != nil || q.Sign() <= 0 {
 			return s, fmt.Errorf("spec.eviction.maxMemory: not a positive quantity: %q", s.Eviction.MaxMemory)
 		}
-		s.Eviction.MaxMemoryBytes = q.Value()
+		s.Eviction.MaxMemoryBytes, s.Eviction.MaxMemorySource = q.Value(), MaxMemoryFromSpec
+	} else {
+		s.Eviction.MaxMemoryBytes, s.Eviction.MaxMemorySource = maxMemoryFor(s)
 	}
 	return s, nil
 }

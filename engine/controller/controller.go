@@ -452,6 +452,19 @@ func (c *Controller) child(gvk schema.GroupVersionKind, namespace, name string) 
 	return nil, fmt.Errorf("%s is not a watched child kind", gvk)
 }
 
+// packedChild returns a child as its informer holds it, undecoded (nil if there is none).
+func (c *Controller) packedChild(gvk schema.GroupVersionKind, namespace, name string) *packedObject {
+	for _, k := range c.children {
+		if k.gvk != gvk {
+			continue
+		}
+		obj, _, _ := k.informer.GetIndexer().GetByKey(namespace + "/" + name)
+		p, _ := obj.(*packedObject)
+		return p
+	}
+	return nil
+}
+
 // updateRevision returns the StatefulSet's status.updateRevision from the informer cache ("" if
 // there is none), without decoding the StatefulSet: a member pass reads it every time.
 func (c *Controller) updateRevision(namespace, name string) string {

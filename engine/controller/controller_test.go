@@ -33,6 +33,7 @@ import (
 var testKinds = map[schema.GroupVersionResource]string{
 	api.Resource:                                                       "ManagedCache",
 	{Version: "v1", Resource: "secrets"}:                               "Secret",
+	{Version: "v1", Resource: "configmaps"}:                            "ConfigMap",
 	{Version: "v1", Resource: "services"}:                              "Service",
 	{Group: "apps", Version: "v1", Resource: "statefulsets"}:           "StatefulSet",
 	{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}: "PodDisruptionBudget",
@@ -1035,6 +1036,44 @@ func TestStatusOnlyUpdate(t *testing.T) {
 		}
 		if statusOnlyUpdate(old, cur) {
 			t.Errorf("%s changed: want a reconcile", name)
+		}
+	}
+}
+
+// ConfigApplied: True when every member has the ConfigMap's revision of the live settings, False
+// naming those that have not (with the first error) or saying the settings do not parse, and
+// absent when no member pass has seen a ConfigMap.
+func TestLiveSettingsCondition(t *testing.T) {
+	members := func(revs ...string) []memberStatus {
+		var out []memberStatus
+		for i, r := range revs {
+			out = append(out, memberStatus{Name: fmt.Sprintf("c-%d", i), Role: api.RoleReplica, ConfigRevision: r})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name                  string
+		view                  memberView
+		status, reason, inMsg string
+	}{
+		{"applied", memberView{Observed: true, Live: "abc", Members: members("abc", "abc")}, "True", ReasonLiveSettingsApplied, "revision abc"},
+		{"pending", memberView{Observed: true, Live: "abc", LivePending: "c-1: CONFIG SET maxmemory: boom", Members: members("abc", "old")},
+			"False", ReasonLiveSettingsPending, "c-1 not yet at the live settings of revision abc (c-1: CONFIG SET maxmemory: boom)"},
+		{"invalid", memberView{Observed: true, Live: "abc", LiveError: `line 1: "maxmemory" has no value`, Members: members("", "")},
+			"False", ReasonLiveSettingsInvalid, "do not parse"},
+		{"no ConfigMap yet", memberView{Observed: true, Members: members("", "")}, "", "", ""},
+	} {
+		var s cacheStatus
+		applyMemberView(&s, tc.view, true, 1)
+		cond := meta.FindStatusCondition(s.Conditions, ConditionConfigApplied)
+		switch {
+		case tc.status == "" && cond != nil:
+			t.Errorf("%s: condition %+v; want none", tc.name, *cond)
+		case tc.status == "":
+		case cond == nil:
+			t.Errorf("%s: no ConfigApplied condition", tc.name)
+		case string(cond.Status) != tc.status || cond.Reason != tc.reason || !strings.Contains(cond.Message, tc.inMsg):
+			t.Errorf("%s: %s/%s %q; want %s/%s containing %q", tc.name, cond.Status, cond.Reason, cond.Message, tc.status, tc.reason, tc.inMsg)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"reflect"
 	"sort"
@@ -29,7 +30,10 @@ import (
 	"example.com/cache-operator/engine/metrics"
 )
 
-var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+var (
+	podsGVR      = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	configMapGVK = schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+)
 
 // ConditionDegraded is True while a cache is not whole: no primary, a failover or a roll under
 // way, a member that does not answer or a replica out of sync.
@@ -44,20 +48,47 @@ type memberView struct {
 	Members  []memberStatus
 	// Degraded is the Degraded condition's reason and message ("" when whole or not observed).
 	Degraded, DegradedMessage string
+	// Live is the revision of the cache's live settings ("": no ConfigMap yet); LiveError why
+	// they cannot be applied at all (a ConfigMap that does not parse), LivePending why a member
+	// could not be given them (the first such error).
+	Live, LiveError, LivePending string
 }
 
 // memberStatus is one entry of status.members.
 type memberStatus struct {
-	Name     string `json:"name"`
-	Role     string `json:"role"`
-	LagBytes int64  `json:"lagBytes,omitempty"`
+	Name           string `json:"name"`
+	Role           string `json:"role"`
+	LagBytes       int64  `json:"lagBytes,omitempty"`
+	ConfigRevision string `json:"configRevision,omitempty"`
 }
 
 // roleMemory is what a member pass keeps of a cache between passes.
 type roleMemory struct {
 	unhealthySince    time.Time
 	lastPrimaryOffset int64
+	// live is the cache's live settings as last read from its ConfigMap (at liveRV), and
+	// liveChecked, per member (by pod UID), the revision last found or made current, and when.
+	liveRV      string
+	live        liveSettings
+	liveChecked map[types.UID]liveCheck
 }
+
+// liveSettings are the settings of a cache's ConfigMap (api.LiveConfigKey), parsed.
+type liveSettings struct {
+	values   map[string]string
+	names    []string
+	revision string // a digest of the text
+	err      error  // the text does not parse
+}
+
+type liveCheck struct {
+	revision string
+	at       time.Time
+}
+
+// liveRecheck is how often a member with current live settings is read again: a setting changed
+// by hand (CONFIG SET) is put back within it.
+const liveRecheck = time.Minute
 
 // memberStore holds the member passes' views and memories, by cache key, and what the passes
 // wrote to pods that the informer may not show yet (by namespace/pod).
@@ -255,6 +286,10 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	c.observe(ctx, members, password)
 
 	mem := c.store.mem(key)
+	live, liveOK := c.liveSettingsOf(ns, name, mem)
+	if liveOK && live.err == nil {
+		c.applyLiveSettings(ctx, members, mem, live, password)
+	}
 	now := time.Now()
 	if p := healthyPrimary(members); p != nil {
 		mem.unhealthySince, mem.lastPrimaryOffset = time.Time{}, p.Repl.Offset
@@ -268,7 +303,14 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	}
 	act := decideRoles(v, mem.lastPrimaryOffset)
 	acted, err := c.act(ctx, mc, members, act, mem, password)
-	c.publish(key, observedView(members, act))
+	view := observedView(members, act)
+	if liveOK {
+		view.Live = live.revision
+		if live.err != nil {
+			view.LiveError = live.err.Error()
+		}
+	}
+	c.publish(key, view)
 	if err != nil {
 		return 0, err
 	}
@@ -577,7 +619,10 @@ func observedView(members []memberState, act roleAction) memberView {
 		}
 	}
 	for _, m := range members {
-		s := memberStatus{Name: m.Name, Role: "unknown"}
+		s := memberStatus{Name: m.Name, Role: "unknown", ConfigRevision: m.ConfigRevision}
+		if m.ConfigError != "" && v.LivePending == "" {
+			v.LivePending = m.Name + ": " + m.ConfigError
+		}
 		if m.Observed {
 			s.Role = api.RoleReplica
 			if m.Name == v.Primary {
@@ -622,6 +667,141 @@ func applyMemberView(s *cacheStatus, v memberView, ok bool, generation int64) {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, v.Degraded, v.DegradedMessage
 	}
 	meta.SetStatusCondition(&s.Conditions, cond)
+	applyLiveCondition(s, v, generation)
+}
+
+// ConditionConfigApplied says whether every member runs with the cache's live settings.
+const ConditionConfigApplied = "ConfigApplied"
+
+// Reasons of the ConfigApplied condition.
+const (
+	ReasonLiveSettingsApplied = "LiveSettingsApplied"
+	ReasonLiveSettingsPending = "LiveSettingsPending"
+	ReasonLiveSettingsInvalid = "LiveSettingsInvalid"
+)
+
+// applyLiveCondition sets ConfigApplied from a member pass's view: True when every member has the
+// live settings' revision, False naming those that have not and why.
+func applyLiveCondition(s *cacheStatus, v memberView, generation int64) {
+	if v.Live == "" {
+		meta.RemoveStatusCondition(&s.Conditions, ConditionConfigApplied)
+		return
+	}
+	cond := metav1.Condition{Type: ConditionConfigApplied, Status: metav1.ConditionTrue, Reason: ReasonLiveSettingsApplied,
+		Message: "every member has the live settings of revision " + v.Live, ObservedGeneration: generation}
+	var pending []string
+	for _, m := range v.Members {
+		if m.ConfigRevision != v.Live {
+			pending = append(pending, m.Name)
+		}
+	}
+	why := ""
+	if v.LivePending != "" {
+		why = " (" + v.LivePending + ")"
+	}
+	switch {
+	case v.LiveError != "":
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonLiveSettingsInvalid, "the live settings do not parse: "+v.LiveError
+	case len(pending) > 0:
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonLiveSettingsPending
+		cond.Message = fmt.Sprintf("%s not yet at the live settings of revision %s%s", strings.Join(pending, ", "), v.Live, why)
+	}
+	meta.SetStatusCondition(&s.Conditions, cond)
+}
+
+// liveSettingsOf returns the cache's live settings from its ConfigMap in the informer cache,
+// decoded and parsed once per resourceVersion (false: no ConfigMap yet).
+func (c *Controller) liveSettingsOf(ns, name string, mem *roleMemory) (liveSettings, bool) {
+	obj := c.packedChild(configMapGVK, ns, api.ConfigName(name))
+	if obj == nil {
+		return liveSettings{}, false
+	}
+	if obj.ResourceVersion != mem.liveRV {
+		var ls liveSettings
+		if u, err := c.packer.unpackObject(obj); err != nil {
+			ls.err = err
+		} else {
+			text, _, _ := unstructured.NestedString(u.Object, "data", api.LiveConfigKey)
+			ls.values, ls.names, ls.err = member.ParseSettings(text)
+			h := fnv.New32a()
+			_, _ = h.Write([]byte(text))
+			ls.revision = fmt.Sprintf("%08x", h.Sum32())
+		}
+		mem.liveRV, mem.live = obj.ResourceVersion, ls
+	}
+	return mem.live, true
+}
+
+// applyLiveSettings brings every member whose server answered to the live settings: it reads them
+// (CONFIG GET) and sets those that differ (CONFIG SET), with no restart. A member is read when the
+// settings or the member (its pod UID) changed since its last check, and every liveRecheck. It
+// sets each member's ConfigRevision when its server has the settings, ConfigError when it could
+// not be given them.
+func (c *Controller) applyLiveSettings(ctx context.Context, members []memberState, mem *roleMemory, ls liveSettings, password string) {
+	if mem.liveChecked == nil {
+		mem.liveChecked = map[types.UID]liveCheck{}
+	}
+	now := time.Now()
+	present := map[types.UID]bool{}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := range members {
+		m := &members[i]
+		present[m.UID] = true
+		if !m.Observed {
+			continue
+		}
+		if chk, ok := mem.liveChecked[m.UID]; ok && chk.revision == ls.revision && now.Sub(chk.at) < liveRecheck {
+			m.ConfigRevision = ls.revision
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := c.syncSettings(ctx, m.Name, c.pool.Client(c.addr(m.IP), password), ls)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				m.ConfigError = err.Error()
+				return
+			}
+			m.ConfigRevision = ls.revision
+			mem.liveChecked[m.UID] = liveCheck{revision: ls.revision, at: now}
+		}()
+	}
+	wg.Wait()
+	for uid := range mem.liveChecked {
+		if !present[uid] {
+			delete(mem.liveChecked, uid)
+		}
+	}
+}
+
+// syncSettings gives one member's server the live settings it does not have.
+func (c *Controller) syncSettings(ctx context.Context, pod string, client *redis.Client, ls liveSettings) error {
+	have, err := member.Settings(ctx, client, ls.names)
+	if err != nil {
+		return err
+	}
+	var differ []string
+	for _, n := range ls.names {
+		if have[n] != ls.values[n] {
+			differ = append(differ, n)
+		}
+	}
+	if len(differ) == 0 {
+		return nil
+	}
+	if err := member.ApplySettings(ctx, client, differ, ls.values); err != nil {
+		return err
+	}
+	changed := make([]string, 0, len(differ))
+	for _, n := range differ {
+		changed = append(changed, fmt.Sprintf("%s %s (was %s)", n, ls.values[n], have[n]))
+	}
+	klog.FromContext(ctx).Info("Applied live settings", "member", pod, "revision", ls.revision, "settings", strings.Join(changed, ", "))
+	metrics.LiveSettingsApplied(len(differ))
+	return nil
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -481,7 +481,7 @@ func sortForApply(objs []*unstructured.Unstructured) {
 }
 
 // changes is what one reconcile wrote to a cache's children, reported as one Event: a cache of
-// six children gets one "Created" Event, not six.
+// seven children gets one "Created" Event, not seven.
 type changes struct {
 	created, updated []string
 	// verified are the children found as wanted, at the version compared.

@@ -29,6 +29,9 @@ type memberState struct {
 	Revision string // the pod's controller-revision-hash
 	Observed bool   // its server answered (Repl is valid)
 	Repl     member.Replication
+	// ConfigRevision is the revision of the live settings its server was found with or given in
+	// this pass ("" if not known); ConfigError why it could not be given them.
+	ConfigRevision, ConfigError string
 }
 
 func (m memberState) isPrimary() bool { return m.Observed && m.Repl.Role == member.Primary }

@@ -211,6 +211,77 @@ func PauseWrites(ctx context.Context, c *redis.Client, d time.Duration) error {
 	return nil
 }
 
+// Settings reads the member's values of the named settings (CONFIG GET, one per name, pipelined
+// in one round trip). A name the server does not know is missing from the result.
+func Settings(ctx context.Context, c *redis.Client, names []string) (map[string]string, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	cmds := make([]*redis.MapStringStringCmd, len(names))
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, n := range names {
+			cmds[i] = p.ConfigGet(ctx, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("member %s: CONFIG GET: %w", c.Options().Addr, err)
+	}
+	out := make(map[string]string, len(names))
+	for i, n := range names {
+		if v, ok := cmds[i].Val()[n]; ok {
+			out[n] = v
+		}
+	}
+	return out, nil
+}
+
+// ApplySettings sets each setting on the member while it runs (CONFIG SET, pipelined in one round
+// trip), in the order of names.
+func ApplySettings(ctx context.Context, c *redis.Client, names []string, settings map[string]string) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	cmds := make([]*redis.StatusCmd, len(names))
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, n := range names {
+			cmds[i] = p.ConfigSet(ctx, n, settings[n])
+		}
+		return nil
+	})
+	if err != nil {
+		for i, cmd := range cmds {
+			if cmd.Err() != nil {
+				return fmt.Errorf("member %s: CONFIG SET %s: %w", c.Options().Addr, names[i], cmd.Err())
+			}
+		}
+		return fmt.Errorf("member %s: CONFIG SET: %w", c.Options().Addr, err)
+	}
+	return nil
+}
+
+// ParseSettings reads redis.conf lines ("name value"; blank lines and # comments skipped) into
+// settings and their names in order. A line without a value, or a name given twice, is an error.
+func ParseSettings(text string) (map[string]string, []string, error) {
+	settings := map[string]string{}
+	var names []string
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, value, ok := strings.Cut(line, " ")
+		name, value = strings.ToLower(name), strings.TrimSpace(value)
+		if !ok || value == "" {
+			return nil, nil, fmt.Errorf("line %d: %q has no value", i+1, name)
+		}
+		if _, dup := settings[name]; dup {
+			return nil, nil, fmt.Errorf("line %d: %q given twice", i+1, name)
+		}
+		settings[name] = value
+		names = append(names, name)
+	}
+	return settings, names, nil
+}
+
 // ParseReplication reads the text of INFO replication.
 func ParseReplication(info string) (Replication, error) {
 	fields := infoFields(info)

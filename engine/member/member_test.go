@@ -255,3 +255,37 @@ func TestPoolMemoryPerMember(t *testing.T) {
 		c.Close()
 	}
 }
+
+// Live settings on a real server: read, applied, read back; a bad value is an error that names the
+// setting; a malformed settings text is refused.
+func TestSettingsOnARealServer(t *testing.T) {
+	ctx := context.Background()
+	const pw = "test-password-4711"
+	addr := server(t, pw, "maxmemory-policy noeviction")
+	p := NewPool()
+	defer p.Close()
+	c := p.Client(addr, pw)
+	settings, names, err := ParseSettings("# live\nmaxmemory 67108864\nmaxmemory-policy allkeys-lru\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Settings(ctx, c, names)
+	if err != nil || got["maxmemory-policy"] != "noeviction" || got["maxmemory"] != "0" {
+		t.Fatalf("settings before: %v %v; want noeviction and 0", got, err)
+	}
+	if err := ApplySettings(ctx, c, names, settings); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = Settings(ctx, c, names); err != nil || got["maxmemory-policy"] != "allkeys-lru" || got["maxmemory"] != "67108864" {
+		t.Errorf("settings after: %v %v; want allkeys-lru and 67108864", got, err)
+	}
+	err = ApplySettings(ctx, c, []string{"maxmemory-policy"}, map[string]string{"maxmemory-policy": "sometimes"})
+	if err == nil || !strings.Contains(err.Error(), "CONFIG SET maxmemory-policy") {
+		t.Errorf("a bad value: %v; want an error naming the setting", err)
+	}
+	for _, bad := range []string{"maxmemory\n", "maxmemory 1\nmaxmemory 2\n"} {
+		if _, _, err := ParseSettings(bad); err == nil {
+			t.Errorf("ParseSettings(%q): no error", bad)
+		}
+	}
+}

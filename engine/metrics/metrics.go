@@ -177,9 +177,16 @@ var (
 		Help:    "From the primary first seen gone (failover) or the handover's start (switchover) until the new primary serves, by kind.",
 		Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 3, 5, 8, 13, 21, 34, 60},
 	}, []string{"kind"})
+	liveSettings = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cache_operator_live_settings_applied_total",
+		Help: "Settings given to a member's running server with CONFIG SET (a change of the cache's live settings, or a setting found changed by hand).",
+	})
 )
 
-func init() { Registry.MustRegister(memberPolls, failovers, failoverDuration) }
+func init() { Registry.MustRegister(memberPolls, failovers, failoverDuration, liveSettings) }
+
+// LiveSettingsApplied records n settings given to a member's server.
+func LiveSettingsApplied(n int) { liveSettings.Add(float64(n)) }
 
 // MemberObserved records one read of a member's replication state.
 func MemberObserved(err error) {

@@ -175,18 +175,19 @@ func TestRenderChildrenShape(t *testing.T) {
 			t.Errorf("%s carries the password", o.GetKind()+"/"+o.GetName())
 		}
 	}
-	if got := strings.Join(kinds, ","); got != "PodDisruptionBudget,Secret,Service,Service,Service,StatefulSet" {
+	if got := strings.Join(kinds, ","); got != "ConfigMap,PodDisruptionBudget,Secret,Service,Service,Service,StatefulSet" {
 		t.Fatalf("kinds %s", got)
 	}
 	// The read-write Service selects the primary, the read-only one the replicas; pods start as
 	// replicas.
-	for i, role := range map[int]string{3: api.RolePrimary, 4: api.RoleReplica} {
-		sel, _, _ := unstructured.NestedStringMap(objs[i].Object, "spec", "selector")
+	for name, role := range map[string]string{"sessions-rw": api.RolePrimary, "sessions-ro": api.RoleReplica} {
+		svc := findChild(t, objs, "Service", name)
+		sel, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector")
 		if sel[api.LabelRole] != role || sel[api.LabelInstance] != "sessions" {
-			t.Errorf("%s selects %v; want the %s members of sessions", objs[i].GetName(), sel, role)
+			t.Errorf("%s selects %v; want the %s members of sessions", name, sel, role)
 		}
 	}
-	sts := objs[5]
+	sts := findChild(t, objs, "StatefulSet", "sessions")
 	if l, _, _ := unstructured.NestedString(sts.Object, "spec", "template", "metadata", "labels", api.LabelRole); l != api.RoleReplica {
 		t.Errorf("pods start with role %q; want %q", l, api.RoleReplica)
 	}
@@ -194,6 +195,18 @@ func TestRenderChildrenShape(t *testing.T) {
 	if img := containers[0].(map[string]interface{})["image"]; img != "registry.example/redis:7.4" {
 		t.Errorf("image %v", img)
 	}
+}
+
+// findChild returns the rendered child of that kind and name.
+func findChild(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("no %s %s among the children", kind, name)
+	return nil
 }
 
 func mustYAML(t *testing.T, o *unstructured.Unstructured) string {
@@ -215,7 +228,8 @@ func TestPDBKeepsMajority(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, _, _ := unstructured.NestedInt64(objs[0].Object, "spec", "maxUnavailable")
+		pdb := findChild(t, objs, "PodDisruptionBudget", mc.GetName())
+		got, _, _ := unstructured.NestedInt64(pdb.Object, "spec", "maxUnavailable")
 		if got != maxUnavailable {
 			t.Errorf("size %d: maxUnavailable %d, want %d", size, got, maxUnavailable)
 		}

@@ -31,6 +31,8 @@ type Values struct {
 	SecretName string
 	// PasswordKey is the key of the password in that Secret.
 	PasswordKey string
+	// ConfigName is the name of the ConfigMap of the live settings, LiveConfigKey their key in it.
+	ConfigName, LiveConfigKey string
 	// Password is the cache's password: read from the live Secret, or generated once.
 	Password string
 }
@@ -83,6 +85,8 @@ func NewValues(mc *unstructured.Unstructured, spec api.Spec, cfg Config, passwor
 		ReadWriteHost:    api.ServiceHost(api.ReadWriteService(name), ns, domain),
 		SecretName:       api.SecretName(name),
 		PasswordKey:      api.PasswordKey,
+		ConfigName:       api.ConfigName(name),
+		LiveConfigKey:    api.LiveConfigKey,
 		Password:         password,
 	}
 }
