@@ -599,7 +599,7 @@ func oracleChildren(r *render.Renderer, ns string, i int) ([]*unstructured.Unstr
 	if err != nil {
 		return nil, err
 	}
-	objs, err := r.Children(mc, spec, render.DefaultConfig(), fmt.Sprintf("oracle-password-%d", i))
+	objs, err := r.Children(mc, spec, render.DefaultConfig(), render.SimpleAuth(fmt.Sprintf("oracle-password-%d", i)))
 	if err != nil {
 		return nil, err
 	}

@@ -30,9 +30,11 @@ maxmemory-policy {{ .Spec.Eviction.Policy }}
 {{ if eq .Spec.Engine.Name "valkey" }}valkey{{ else }}redis{{ end }}
 {{- end }}
 
-{{/* The probes' shell commands. The password reaches the client through REDISCLI_AUTH. */}}
+{{/* The probes' shell commands: as the internal user, whose password reaches the client
+through REDISCLI_AUTH and is never rotated, so a rotation of the clients' password does not touch
+them. */}}
 {{- define "probe.cli" -}}
-{{ include "server" . }}-cli -h 127.0.0.1 -p {{ .Port }}
+{{ include "server" . }}-cli -h 127.0.0.1 -p {{ .Port }} --user {{ .Keys.InternalUser }}
 {{- end }}
 
 {{- define "probe.started" -}}

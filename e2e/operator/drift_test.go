@@ -68,7 +68,7 @@ func TestRenderedChildrenDoNotDriftFromTheAPIServersCopy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		children, err := renderer.Children(created, spec, render.DefaultConfig(), "golden-password-not-a-secret")
+		children, err := renderer.Children(created, spec, render.DefaultConfig(), render.SimpleAuth("golden-password-not-a-secret"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -238,6 +238,21 @@ func password(t *testing.T, c *framework.Cluster, ns, cache string) string {
 	return string(dec)
 }
 
+// internalPassword returns the internal user's password from a cache's Secret.
+func internalPassword(t *testing.T, c *framework.Cluster, ns, cache string) string {
+	t.Helper()
+	s, err := getChild(c, "Secret", ns, cache)
+	if err != nil {
+		t.Fatalf("password Secret of %s/%s: %v", ns, cache, err)
+	}
+	enc, _, _ := unstructured.NestedString(s.Object, "data", "internal-password")
+	dec, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil || len(dec) != 64 {
+		t.Fatalf("internal password of %s/%s is not a generated password (%d bytes, err %v)", ns, cache, len(dec), err)
+	}
+	return string(dec)
+}
+
 // operatorWrites returns the mutating requests the operator (user agent cache-operator) made in
 // namespace ns since the time since, from the audit log.
 func operatorWrites(t *testing.T, c *framework.Cluster, ns string, since time.Time) []string {

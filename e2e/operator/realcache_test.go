@@ -127,15 +127,16 @@ func TestCacheOnRealNodes(t *testing.T) {
 			t.Errorf("%s: ROLE says %q, want a replica", p.Name, role)
 		}
 	}
-	// kubectl exec reaches the server inside the pod, as the README shows.
-	out, err := c.Exec(ctx, ns, "sessions-0", "redis", "redis-cli", "ping")
+	// kubectl exec reaches the server inside the pod, as the README shows: redis-cli there
+	// authenticates as the internal user (REDISCLI_AUTH).
+	out, err := c.Exec(ctx, ns, "sessions-0", "redis", "redis-cli", "--user", "internal", "ping")
 	if err != nil || strings.TrimSpace(out) != "PONG" {
-		t.Errorf("kubectl exec sessions-0 -- redis-cli ping: %q %v", out, err)
+		t.Errorf("kubectl exec sessions-0 -- redis-cli --user internal ping: %q %v", out, err)
 	}
 }
 
-// TestStaleReplicaIsNotReady: a replica whose link to the primary is down (here its masterauth
-// made wrong, as a half-done password change would) answers PING but is not Ready, so it leaves
+// TestStaleReplicaIsNotReady: a replica whose link to the primary is down (here its masterauth,
+// the internal user's password, made wrong) answers PING but is not Ready, so it leaves
 // the Services' endpoints and the cache counts it out; once the link is back it is Ready again.
 func TestStaleReplicaIsNotReady(t *testing.T) {
 	ctx := context.Background()
@@ -180,7 +181,7 @@ func TestStaleReplicaIsNotReady(t *testing.T) {
 	if out := cli("ping"); out != "PONG" {
 		t.Errorf("the stale replica answers PING with %q; the point is that PING alone says nothing", out)
 	}
-	cli("config", "set", "masterauth", pw)
+	cli("config", "set", "masterauth", internalPassword(t, c, ns, "s"))
 	framework.Eventually(t, time.Minute, replicaName+" Ready again once its link is up", func() (bool, string, error) {
 		p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, replicaName, metav1.GetOptions{})
 		if err != nil {

@@ -51,8 +51,44 @@ const Port = 6379
 // DefaultClusterDomain is the cluster's DNS domain when no flag says otherwise.
 const DefaultClusterDomain = "cluster.local"
 
-// PasswordKey is the key of the password in a cache's Secret.
+// PasswordKey is the key of the clients' password in a cache's Secret: the password of the
+// server's default user. The operator generates it once; a user may change it (a rotation).
 const PasswordKey = "password"
+
+// The other keys of a cache's Secret, which the operator keeps.
+const (
+	// InternalPasswordKey holds the password of InternalUser: generated once, never rotated.
+	InternalPasswordKey = "internal-password"
+	// PasswordHashKey holds the SHA-256 (hex) of the clients' password the members accept: the
+	// Secret's password once the operator has accepted it. Members start with it (a hash, never
+	// the password itself, goes into their configuration).
+	PasswordHashKey = "password-sha256"
+	// PreviousPasswordHashKey holds, during a rotation's overlap, the SHA-256 of the password
+	// before it, which the members accept too until PreviousPasswordUntilAnnotation.
+	PreviousPasswordHashKey = "previous-password-sha256"
+)
+
+// InternalUser is the server user that the operator, the probes and replication (masteruser)
+// authenticate as, with the Secret's InternalPasswordKey: none of them depends on the clients'
+// password, so rotating it cannot break them.
+const InternalUser = "internal"
+
+// Annotations of a cache's Secret, kept by the operator.
+const (
+	// PasswordRevisionAnnotation counts the clients' passwords the operator has accepted: 1 for
+	// the first, one more at each rotation. Status reports it per member.
+	PasswordRevisionAnnotation = "cache.example.com/password-revision"
+	// PreviousPasswordUntilAnnotation is when the overlap of a rotation ends (RFC 3339): from then
+	// the previous password is refused.
+	PreviousPasswordUntilAnnotation = "cache.example.com/previous-password-until"
+	// PasswordRotatedForAnnotation is the value of RotatePasswordAnnotation that the current
+	// password was generated for.
+	PasswordRotatedForAnnotation = "cache.example.com/password-rotated-for"
+)
+
+// RotatePasswordAnnotation on a ManagedCache asks for a new generated password: each new value
+// (any string, e.g. a date) rotates once.
+const RotatePasswordAnnotation = "cache.example.com/rotate-password"
 
 // SecretName returns the name of the Secret that holds a cache's password. The operator reads the
 // password from this Secret before rendering, so the name is fixed here, not in a template.

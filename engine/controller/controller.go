@@ -75,6 +75,9 @@ type Options struct {
 	// Namespace is where the dry-run creates that learn the API server's defaults go (the
 	// operator's own; default "default").
 	Namespace string
+	// PasswordOverlap is how long the previous clients' password is still accepted after a
+	// rotation (default 10m).
+	PasswordOverlap time.Duration
 }
 
 // CleanupFunc releases what a cache holds outside the cluster when it is deleted. The finalizer
@@ -117,6 +120,12 @@ type Controller struct {
 	// verifiedReconciles counts the reconciles that went by it.
 	verified           verifiedPasses
 	verifiedReconciles atomic.Int64
+	// rejectedPasswords holds, per cache, the hash of the Secret password last refused, so
+	// that each refused value gets one Event.
+	rejectedPasswords sync.Map
+	// authFallback holds the addresses of members to reach as the clients' default user: the
+	// internal user was refused (a member an older operator started, until applyAuth makes it).
+	authFallback sync.Map
 }
 
 // New builds a controller: informers for ManagedCaches and for every kind the templates render
@@ -130,6 +139,9 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	}
 	if opts.MemberWorkers < 1 {
 		opts.MemberWorkers = 16
+	}
+	if opts.PasswordOverlap <= 0 {
+		opts.PasswordOverlap = DefaultPasswordOverlap
 	}
 	if opts.MemberPoll <= 0 {
 		opts.MemberPoll = time.Second

@@ -245,9 +245,9 @@ func TestPasswordSecret(t *testing.T) {
 		secret.SetLabels(api.StandardLabels("sessions"))
 		secret.Object["data"] = map[string]interface{}{api.PasswordKey: base64.StdEncoding.EncodeToString([]byte("users-choice"))}
 		f := newFixture(t, nil, mc, secret)
-		pw, err := f.ctrl.password(mc)
-		if err != nil || pw != "users-choice" {
-			t.Errorf("password %q, %v; want the Secret's", pw, err)
+		d, err := f.ctrl.auth(mc)
+		if err != nil || d.auth.Password != "users-choice" || d.auth.PasswordHash != render.PasswordHash("users-choice") {
+			t.Errorf("password %q (hash %s), %v; want the Secret's", d.auth.Password, d.auth.PasswordHash, err)
 		}
 		for _, w := range f.writes() {
 			if strings.Contains(w, "secrets") {

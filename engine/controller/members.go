@@ -52,6 +52,10 @@ type memberView struct {
 	// they cannot be applied at all (a ConfigMap that does not parse), LivePending why a member
 	// could not be given them (the first such error).
 	Live, LiveError, LivePending string
+	// Password is the revision of the clients' password the pass gave the members (0: none);
+	// PasswordPending why a member could not be given it (the first such error).
+	Password        int64
+	PasswordPending string
 }
 
 // memberStatus is one entry of status.members.
@@ -60,6 +64,8 @@ type memberStatus struct {
 	Role           string `json:"role"`
 	LagBytes       int64  `json:"lagBytes,omitempty"`
 	ConfigRevision string `json:"configRevision,omitempty"`
+	// PasswordRevision is the revision of the clients' password the member accepts.
+	PasswordRevision int64 `json:"passwordRevision,omitempty"`
 }
 
 // roleMemory is what a member pass keeps of a cache between passes.
@@ -71,6 +77,8 @@ type roleMemory struct {
 	liveRV      string
 	live        liveSettings
 	liveChecked map[types.UID]liveCheck
+	// authChecked is, per member, the credentials last found or made current, and when.
+	authChecked map[types.UID]authCheck
 }
 
 // liveSettings are the settings of a cache's ConfigMap (api.LiveConfigKey), parsed.
@@ -279,16 +287,17 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		return 0, nil
 	}
 	secret, _ := c.child(secretGVK, ns, api.SecretName(name))
-	password := passwordFrom(secret)
-	if password == "" {
+	cred, ok := credentialsOf(secret)
+	if !ok {
 		return 0, nil // no Secret yet: the reconcile creates it, and the pods wait for it
 	}
-	c.observe(ctx, members, password)
+	c.observe(ctx, members, cred)
 
 	mem := c.store.mem(key)
+	c.applyAuth(ctx, members, mem, cred)
 	live, liveOK := c.liveSettingsOf(ns, name, mem)
 	if liveOK && live.err == nil {
-		c.applyLiveSettings(ctx, members, mem, live, password)
+		c.applyLiveSettings(ctx, members, mem, live, cred)
 	}
 	now := time.Now()
 	if p := healthyPrimary(members); p != nil {
@@ -302,8 +311,9 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		Replicas: int(spec.Replicas),
 	}
 	act := decideRoles(v, mem.lastPrimaryOffset)
-	acted, err := c.act(ctx, mc, members, act, mem, password)
+	acted, err := c.act(ctx, mc, members, act, mem, cred)
 	view := observedView(members, act)
+	view.Password = cred.revision
 	if liveOK {
 		view.Live = live.revision
 		if live.err != nil {
@@ -377,7 +387,7 @@ func (c *Controller) dialable(ip string) bool {
 }
 
 // observe reads every member's server at once, each call bounded by member.Timeout.
-func (c *Controller) observe(ctx context.Context, members []memberState, password string) {
+func (c *Controller) observe(ctx context.Context, members []memberState, cred credentials) {
 	var wg sync.WaitGroup
 	for i := range members {
 		if members[i].IP == "" {
@@ -386,7 +396,12 @@ func (c *Controller) observe(ctx context.Context, members []memberState, passwor
 		wg.Add(1)
 		go func(m *memberState) {
 			defer wg.Done()
-			r, err := member.ObserveWith(ctx, c.pool.Client(c.addr(m.IP), password))
+			r, err := member.ObserveWith(ctx, c.memberClient(m.IP, cred))
+			if member.IsAuthError(err) && c.fallBack(m.IP, cred) {
+				// A member the internal user cannot reach yet (started by an older operator):
+				// as the clients' default user, until applyAuth has made the internal user.
+				r, err = member.ObserveWith(ctx, c.memberClient(m.IP, cred))
+			}
 			metrics.MemberObserved(err)
 			if err != nil {
 				klog.FromContext(ctx).V(3).Info("Member does not answer", "member", m.Name, "err", err)
@@ -401,12 +416,12 @@ func (c *Controller) observe(ctx context.Context, members []memberState, passwor
 func (c *Controller) addr(ip string) string { return net.JoinHostPort(ip, strconv.Itoa(api.Port)) }
 
 // act carries out a decision. It reports whether it changed anything.
-func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, members []memberState, act roleAction, mem *roleMemory, password string) (bool, error) {
+func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, members []memberState, act roleAction, mem *roleMemory, cred credentials) (bool, error) {
 	byName := map[string]memberState{}
 	for _, m := range members {
 		byName[m.Name] = m
 	}
-	client := func(m memberState) *redis.Client { return c.pool.Client(c.addr(m.IP), password) }
+	client := func(m memberState) *redis.Client { return c.memberClient(m.IP, cred) }
 	logger := klog.FromContext(ctx)
 
 	if act.SwitchTo != "" {
@@ -619,9 +634,12 @@ func observedView(members []memberState, act roleAction) memberView {
 		}
 	}
 	for _, m := range members {
-		s := memberStatus{Name: m.Name, Role: "unknown", ConfigRevision: m.ConfigRevision}
+		s := memberStatus{Name: m.Name, Role: "unknown", ConfigRevision: m.ConfigRevision, PasswordRevision: m.PasswordRevision}
 		if m.ConfigError != "" && v.LivePending == "" {
 			v.LivePending = m.Name + ": " + m.ConfigError
+		}
+		if m.AuthError != "" && v.PasswordPending == "" {
+			v.PasswordPending = m.Name + ": " + m.AuthError
 		}
 		if m.Observed {
 			s.Role = api.RoleReplica
@@ -737,7 +755,7 @@ func (c *Controller) liveSettingsOf(ns, name string, mem *roleMemory) (liveSetti
 // settings or the member (its pod UID) changed since its last check, and every liveRecheck. It
 // sets each member's ConfigRevision when its server has the settings, ConfigError when it could
 // not be given them.
-func (c *Controller) applyLiveSettings(ctx context.Context, members []memberState, mem *roleMemory, ls liveSettings, password string) {
+func (c *Controller) applyLiveSettings(ctx context.Context, members []memberState, mem *roleMemory, ls liveSettings, cred credentials) {
 	if mem.liveChecked == nil {
 		mem.liveChecked = map[types.UID]liveCheck{}
 	}
@@ -758,7 +776,7 @@ func (c *Controller) applyLiveSettings(ctx context.Context, members []memberStat
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := c.syncSettings(ctx, m.Name, c.pool.Client(c.addr(m.IP), password), ls)
+			err := c.syncSettings(ctx, m.Name, c.memberClient(m.IP, cred), ls)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

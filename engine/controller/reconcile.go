@@ -77,11 +77,11 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	}
 	c.verified.forget(key)
 
-	password, err := c.password(mc)
+	authd, err := c.auth(mc)
 	if err != nil {
 		return err
 	}
-	desired, err := c.renderer.Children(mc, spec, c.opts.Render, password)
+	desired, err := c.renderer.Children(mc, spec, c.opts.Render, authd.auth)
 	if err != nil {
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRenderFailed, "Rendering templates failed: %v", err)
 		return c.writeStatus(ctx, mc, invalidStatus(mc, ReasonRenderFailed, err.Error()))
@@ -138,7 +138,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	}
 	done.record(c.recorder, mc)
 	if failReason == "" && retry == nil && len(done.created)+len(done.updated) == 0 && storage.condition == nil &&
-		!storage.replaced && len(done.verified) == len(desired) {
+		!storage.replaced && len(done.verified) == len(desired) && authd.overlapEnds.IsZero() && authd.rejected == "" {
+		// (An overlap ends with time, not with a change the pass would see; a refused password
+		// is reported by each pass until it is fixed.)
 		pass := verifiedPass{inputs: inputs, epoch: epoch, children: done.verified, sts: -1}
 		for i, ch := range pass.children {
 			if c.children[ch.kind].gvk == statefulSetGVK {
@@ -148,7 +150,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		c.verified.set(key, pass)
 	}
 	c.members.Add(key) // the member pass follows what this reconcile wrote
-	if err := c.writeStatus(ctx, mc, newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, storage.condition, view, viewOK, failReason, failMessage)); err != nil {
+	st := newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, storage.condition, view, viewOK, failReason, failMessage)
+	applyPasswordCondition(&st, view, viewOK, authd, mc.GetGeneration())
+	if err := c.writeStatus(ctx, mc, st); err != nil {
 		return errors.Join(retry, err)
 	}
 	logger.V(3).Info("Reconciled", "failed", failReason)
@@ -180,7 +184,9 @@ func (c *Controller) statusOfVerified(ctx context.Context, mc *unstructured.Unst
 	}
 	c.verifiedReconciles.Add(1)
 	c.members.Add(mc.GetNamespace() + "/" + mc.GetName())
-	if err := c.writeStatus(ctx, mc, newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, nil, view, viewOK, "", "")); err != nil {
+	st := newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, nil, view, viewOK, "", "")
+	applyPasswordCondition(&st, view, viewOK, authDecision{}, mc.GetGeneration())
+	if err := c.writeStatus(ctx, mc, st); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(3).Info("Reconciled; every child as verified before")
@@ -272,10 +278,10 @@ func (c *Controller) createChild(ctx context.Context, mc, want *unstructured.Uns
 		// Ours, but someone removed the label the informers select on, so the cache will never
 		// show it: restore it (a Secret keeps the password it holds).
 		if want.GroupVersionKind() == secretGVK {
-			if pw, found, _ := unstructured.NestedString(live.Object, "data", api.PasswordKey); found && pw != "" {
-				if err := unstructured.SetNestedField(want.Object, pw, "data", api.PasswordKey); err != nil {
-					return nil, ssa.Failed, ssa.Errorf(want, "%w", err)
-				}
+			// The credentials rendered without the Secret in view were generated anew: keep
+			// what the Secret holds instead (the next pass decides on it as usual).
+			if err := keepCredentials(want, live); err != nil {
+				return nil, ssa.Failed, ssa.Errorf(want, "%w", err)
 			}
 		}
 		out, err := c.applier.Apply(ctx, want, live)
@@ -288,16 +294,54 @@ func (c *Controller) createChild(ctx context.Context, mc, want *unstructured.Uns
 	return nil, ssa.Failed, ssa.Errorf(want, "%w", errStaleCache)
 }
 
-// password returns the password held by the cache's live Secret, or a new one if there is none.
-func (c *Controller) password(mc *unstructured.Unstructured) (string, error) {
+// keepCredentials puts into want, a cache's Secret, the data and the operator's annotations that
+// live holds.
+func keepCredentials(want, live *unstructured.Unstructured) error {
+	data, found, _ := unstructured.NestedMap(live.Object, "data")
+	if !found || len(data) == 0 {
+		return nil
+	}
+	if err := unstructured.SetNestedMap(want.Object, data, "data"); err != nil {
+		return err
+	}
+	ann := want.GetAnnotations()
+	for _, k := range []string{api.PasswordRevisionAnnotation, api.PreviousPasswordUntilAnnotation, api.PasswordRotatedForAnnotation} {
+		delete(ann, k)
+		if v, ok := live.GetAnnotations()[k]; ok {
+			if ann == nil {
+				ann = map[string]string{}
+			}
+			ann[k] = v
+		}
+	}
+	want.SetAnnotations(ann)
+	return nil
+}
+
+// auth decides the cache's credentials from its live Secret (decideAuth). A refused password is
+// reported once per value, with an Event; the end of an overlap brings the cache back.
+func (c *Controller) auth(mc *unstructured.Unstructured) (authDecision, error) {
+	key := mc.GetNamespace() + "/" + mc.GetName()
 	secret, err := c.child(secretGVK, mc.GetNamespace(), api.SecretName(mc.GetName()))
 	if err != nil {
-		return "", err
+		return authDecision{}, err
 	}
-	if p := passwordFrom(secret); p != "" {
-		return p, nil
+	d, err := decideAuth(secret, mc.GetAnnotations()[api.RotatePasswordAnnotation], time.Now(), c.opts.PasswordOverlap)
+	if err != nil {
+		return d, err
 	}
-	return newPassword()
+	if d.rejected == "" {
+		c.rejectedPasswords.Delete(key)
+	} else if prev, _ := c.rejectedPasswords.Swap(key, d.rejectedHash); prev != d.rejectedHash {
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonPasswordRejected, "%s; the members keep the password of revision %d", d.rejected, d.auth.Revision)
+	}
+	if d.rotated {
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, ReasonPasswordRotated, "Password revision %d accepted; the previous password is accepted until %s", d.auth.Revision, d.auth.PreviousUntil)
+	}
+	if !d.overlapEnds.IsZero() {
+		c.queue.AddAfter(key, time.Until(d.overlapEnds)+time.Second)
+	}
+	return d, nil
 }
 
 // writeStatus writes s to the status subresource if it differs from what mc has. A change that

@@ -32,6 +32,10 @@ type memberState struct {
 	// ConfigRevision is the revision of the live settings its server was found with or given in
 	// this pass ("" if not known); ConfigError why it could not be given them.
 	ConfigRevision, ConfigError string
+	// PasswordRevision is the revision of the clients' password its server was found with or
+	// given in this pass (0 if not known); AuthError why it could not be given it.
+	PasswordRevision int64
+	AuthError        string
 }
 
 func (m memberState) isPrimary() bool { return m.Observed && m.Repl.Role == member.Primary }

@@ -66,32 +66,36 @@ type Replication struct {
 }
 
 // Pool keeps one connection per member address, so that polling does not dial every time. A
-// client is replaced when the password it was made with changes.
+// client is replaced when the user or password it was made with changes.
 type Pool struct {
 	mu      sync.Mutex
 	clients map[string]pooled
 }
 
 type pooled struct {
-	c        *redis.Client
-	password string
+	c              *redis.Client
+	user, password string
 }
 
 // NewPool returns an empty pool.
 func NewPool() *Pool { return &Pool{clients: map[string]pooled{}} }
 
-// Client returns the client of the member at addr (host:port).
-func (p *Pool) Client(addr, password string) *redis.Client {
+// Client returns the client of the member at addr (host:port), authenticating as the default user.
+func (p *Pool) Client(addr, password string) *redis.Client { return p.ClientAs(addr, "", password) }
+
+// ClientAs returns the client of the member at addr (host:port), authenticating as user ("": the
+// default user) with password.
+func (p *Pool) ClientAs(addr, user, password string) *redis.Client {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if e, ok := p.clients[addr]; ok {
-		if e.password == password {
+		if e.user == user && e.password == password {
 			return e.c
 		}
 		_ = e.c.Close()
 	}
 	c := redis.NewClient(&redis.Options{
-		Addr: addr, Password: password,
+		Addr: addr, Username: user, Password: password,
 		DialTimeout: Timeout, ReadTimeout: Timeout, WriteTimeout: Timeout,
 		MaxRetries: -1, PoolSize: 1, MaxIdleConns: 1, ConnMaxIdleTime: time.Minute,
 		Protocol: 2, DisableIdentity: true,
@@ -99,7 +103,7 @@ func (p *Pool) Client(addr, password string) *redis.Client {
 		// KiB per connection) would cost most of a gigabyte at 3,000 members.
 		ReadBufferSize: 4096, WriteBufferSize: 4096, PipelineReadBufferSize: 4096, PipelineWriteBufferSize: 4096,
 	})
-	p.clients[addr] = pooled{c: c, password: password}
+	p.clients[addr] = pooled{c: c, user: user, password: password}
 	return c
 }
 

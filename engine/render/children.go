@@ -9,10 +9,10 @@ import (
 )
 
 // Children renders the desired children of mc: the templates' objects with the cache's
-// namespace, standard labels and controller reference. password is the cache's password (from the
-// live Secret, or newly generated).
-func (r *Renderer) Children(mc *unstructured.Unstructured, spec api.Spec, cfg Config, password string) ([]*unstructured.Unstructured, error) {
-	objs, err := r.Render(NewValues(mc, spec, cfg, password))
+// namespace, standard labels and controller reference. auth is what the cache's Secret holds (read
+// from the live Secret, or newly generated).
+func (r *Renderer) Children(mc *unstructured.Unstructured, spec api.Spec, cfg Config, auth Auth) ([]*unstructured.Unstructured, error) {
+	objs, err := r.Render(NewValues(mc, spec, cfg, auth))
 	if err != nil {
 		return nil, err
 	}
@@ -29,7 +29,7 @@ func (r *Renderer) Kinds() ([]schema.GroupVersionKind, error) {
 	sample := &unstructured.Unstructured{}
 	sample.SetName("sample")
 	sample.SetNamespace("default")
-	objs, err := r.Render(NewValues(sample, sampleSpec(), DefaultConfig(), "sample"))
+	objs, err := r.Render(NewValues(sample, sampleSpec(), DefaultConfig(), SimpleAuth("sample")))
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +69,7 @@ func (r *Renderer) Samples(ns, name string) ([]*unstructured.Unstructured, error
 	}
 	var out []*unstructured.Unstructured
 	for _, spec := range []api.Spec{sampleSpec(), minimal} {
-		objs, err := r.Render(NewValues(sample, spec, DefaultConfig(), "sample"))
+		objs, err := r.Render(NewValues(sample, spec, DefaultConfig(), SimpleAuth("sample")))
 		if err != nil {
 			return nil, err
 		}

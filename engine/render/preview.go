@@ -24,7 +24,7 @@ const PreviewPassword = "generated-when-the-cache-is-created"
 // writes to out the children each would get, as a YAML stream: what `cache-operator render -f`
 // prints, so that a template change can be reviewed before it ships. A v1 cache is converted as
 // the API server would through the conversion webhook, a cache without a namespace is put in
-// "default" (as kubectl does), and password stands in for the generated password. Nothing is read
+// "default" (as kubectl does), and password stands in for the generated passwords. Nothing is read
 // from or written to a cluster. An invalid cache fails with the message the operator would put in
 // its status, naming the document.
 func Preview(in io.Reader, out io.Writer, r *Renderer, cfg Config, password string) error {
@@ -41,7 +41,9 @@ func Preview(in io.Reader, out io.Writer, r *Renderer, cfg Config, password stri
 		if err != nil {
 			return fmt.Errorf("ManagedCache %s/%s: %w", mc.GetNamespace(), mc.GetName(), err)
 		}
-		objs, err := r.Children(mc, spec, cfg, password)
+		auth := SimpleAuth(password)
+		auth.Internal = password
+		objs, err := r.Children(mc, spec, cfg, auth)
 		if err != nil {
 			return fmt.Errorf("ManagedCache %s/%s: %w", mc.GetNamespace(), mc.GetName(), err)
 		}

@@ -68,7 +68,7 @@ func TestRenderGolden(t *testing.T) {
 			if err != nil {
 				t.Fatalf("spec: %v", err)
 			}
-			objs, err := r.Children(mc, spec, testConfig, goldenPassword)
+			objs, err := r.Children(mc, spec, testConfig, SimpleAuth(goldenPassword))
 			if err != nil {
 				t.Fatalf("render: %v", err)
 			}
@@ -123,13 +123,13 @@ func TestRenderIsDeterministic(t *testing.T) {
 	r := mustRenderer(t)
 	mc := readCache(t, "../../testdata/render/size-3-allkeys-lru.input.yaml")
 	spec, _ := api.SpecFrom(mc)
-	first, err := r.Children(mc, spec, testConfig, goldenPassword)
+	first, err := r.Children(mc, spec, testConfig, SimpleAuth(goldenPassword))
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, _ := yaml.Marshal(objectsOf(first))
 	for i := 0; i < 20; i++ {
-		again, err := r.Children(mc, spec, testConfig, goldenPassword)
+		again, err := r.Children(mc, spec, testConfig, SimpleAuth(goldenPassword))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +151,7 @@ func TestRenderChildrenShape(t *testing.T) {
 	r := mustRenderer(t)
 	mc := readCache(t, "../../testdata/render/size-3-allkeys-lru.input.yaml")
 	spec, _ := api.SpecFrom(mc)
-	objs, err := r.Children(mc, spec, Config{Images: ImageRepositories{"redis": "registry.example/redis"}}, goldenPassword)
+	objs, err := r.Children(mc, spec, Config{Images: ImageRepositories{"redis": "registry.example/redis"}}, SimpleAuth(goldenPassword))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestPDBKeepsMajority(t *testing.T) {
 		mc := readCache(t, "../../testdata/render/minimal.input.yaml")
 		spec := sampleSpec()
 		spec.Replicas = size
-		objs, err := r.Children(mc, spec, testConfig, "p")
+		objs, err := r.Children(mc, spec, testConfig, SimpleAuth("p"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,7 +266,7 @@ func TestRendererErrorsNameTheTemplate(t *testing.T) {
 			r, err := NewRenderer(fsys)
 			if err == nil {
 				mc := readCache(t, "../../testdata/render/minimal.input.yaml")
-				_, err = r.Render(NewValues(mc, sampleSpec(), testConfig, "p"))
+				_, err = r.Render(NewValues(mc, sampleSpec(), testConfig, SimpleAuth("p")))
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want it to contain %q", err, tc.want)
@@ -286,7 +286,7 @@ func BenchmarkRenderChildren(b *testing.B) {
 	spec, _ := api.SpecFrom(mc)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := r.Children(mc, spec, testConfig, goldenPassword); err != nil {
+		if _, err := r.Children(mc, spec, testConfig, SimpleAuth(goldenPassword)); err != nil {
 			b.Fatal(err)
 		}
 	}

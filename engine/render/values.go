@@ -1,6 +1,9 @@
 package render
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"example.com/cache-operator/engine/api"
@@ -33,8 +36,59 @@ type Values struct {
 	PasswordKey string
 	// ConfigName is the name of the ConfigMap of the live settings, LiveConfigKey their key in it.
 	ConfigName, LiveConfigKey string
-	// Password is the cache's password: read from the live Secret, or generated once.
+	// Password is the clients' password: read from the live Secret, or generated once.
 	Password string
+	// Auth is everything the Secret holds: the password, the internal user's password, the hashes
+	// the members accept and the rotation's bookkeeping.
+	Auth Auth
+	// Keys are the Secret's keys and annotations (engine/api), which the operator reads back.
+	Keys SecretKeys
+}
+
+// Auth is what a cache's Secret holds (see engine/api for the keys).
+type Auth struct {
+	// Password is the clients' password.
+	Password string
+	// Internal is the password of the internal user (engine/api.InternalUser).
+	Internal string
+	// PasswordHash is the SHA-256 (hex) of the password the members accept.
+	PasswordHash string
+	// PreviousHash and PreviousUntil (RFC 3339): during a rotation's overlap, the hash of the
+	// password before it and when the overlap ends; empty otherwise.
+	PreviousHash, PreviousUntil string
+	// Revision counts the accepted passwords.
+	Revision int64
+	// RotatedFor is the rotate-password annotation value the password was generated for.
+	RotatedFor string
+}
+
+// PasswordHash is the SHA-256 of a password in hex, as ACL GETUSER reports it and as redis.conf
+// takes it ("#<hash>").
+func PasswordHash(password string) string {
+	sum := sha256.Sum256([]byte(password))
+	return hex.EncodeToString(sum[:])
+}
+
+// SimpleAuth is the Auth of a new cache whose password is password, with an internal password
+// derived from it: for previews, tests and benchmarks, never for a real cache (the operator
+// generates both at random).
+func SimpleAuth(password string) Auth {
+	return Auth{Password: password, Internal: PasswordHash("internal:" + password), PasswordHash: PasswordHash(password), Revision: 1}
+}
+
+// SecretKeys are the keys and annotations of a cache's Secret.
+type SecretKeys struct {
+	Password, Internal, PasswordHash, PreviousHash         string
+	RevisionAnnotation, PreviousUntilAnnotation, RotatedFor string
+	// InternalUser is the server user of the internal password.
+	InternalUser string
+}
+
+var secretKeys = SecretKeys{
+	Password: api.PasswordKey, Internal: api.InternalPasswordKey, PasswordHash: api.PasswordHashKey,
+	PreviousHash: api.PreviousPasswordHashKey, RevisionAnnotation: api.PasswordRevisionAnnotation,
+	PreviousUntilAnnotation: api.PreviousPasswordUntilAnnotation, RotatedFor: api.PasswordRotatedForAnnotation,
+	InternalUser: api.InternalUser,
 }
 
 // Config is what rendering takes from the operator's flags rather than from the ManagedCache.
@@ -59,7 +113,7 @@ func DefaultImageRepositories() ImageRepositories {
 }
 
 // NewValues builds the template values of a cache.
-func NewValues(mc *unstructured.Unstructured, spec api.Spec, cfg Config, password string) Values {
+func NewValues(mc *unstructured.Unstructured, spec api.Spec, cfg Config, auth Auth) Values {
 	name, ns := mc.GetName(), mc.GetNamespace()
 	repo := cfg.Images[spec.Engine.Name]
 	if repo == "" {
@@ -87,6 +141,8 @@ func NewValues(mc *unstructured.Unstructured, spec api.Spec, cfg Config, passwor
 		PasswordKey:      api.PasswordKey,
 		ConfigName:       api.ConfigName(name),
 		LiveConfigKey:    api.LiveConfigKey,
-		Password:         password,
+		Password:         auth.Password,
+		Auth:             auth,
+		Keys:             secretKeys,
 	}
 }
