@@ -78,7 +78,7 @@ func SimpleAuth(password string) Auth {
 
 // SecretKeys are the keys and annotations of a cache's Secret.
 type SecretKeys struct {
-	Password, Internal, PasswordHash, PreviousHash         string
+	Password, Internal, PasswordHash, PreviousHash          string
 	RevisionAnnotation, PreviousUntilAnnotation, RotatedFor string
 	// InternalUser is the server user of the internal password.
 	InternalUser string
