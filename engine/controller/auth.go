@@ -155,10 +155,12 @@ func (c *Controller) syncAuth(ctx context.Context, pod string, client *redis.Cli
 	if err != nil {
 		return err
 	}
+	internalSet := false
 	if want := []string{render.PasswordHash(cred.internal)}; !found || !slices.Equal(have, want) {
 		if err := member.SetUserPassword(ctx, client, api.InternalUser, cred.internal); err != nil {
 			return err
 		}
+		internalSet = true
 		logger.Info("Internal user set on the member", "user", api.InternalUser)
 	}
 	if have, _, err = member.UserPasswords(ctx, client, "default"); err != nil {
@@ -174,7 +176,8 @@ func (c *Controller) syncAuth(ctx context.Context, pod string, client *redis.Cli
 	if err != nil {
 		return err
 	}
-	if user != api.InternalUser {
+	if user != api.InternalUser || internalSet {
+		// (A new internal password: replication's masterauth follows it.)
 		if err := member.SetReplicationAuth(ctx, client, api.InternalUser, cred.internal); err != nil {
 			return err
 		}
