@@ -261,6 +261,19 @@ func TestPasswordRotation(t *testing.T) {
 	newPW := fmt.Sprintf(`n"ew\pass-%d`, time.Now().UnixNano())
 	start := time.Now()
 	setSecretPassword(t, c, ns, "r", newPW)
+	framework.Eventually(t, time.Minute, "every member to accept the new password", func() (bool, string, error) {
+		var seen []string
+		all := true
+		for _, p := range memberPods(t, c, ns, "r") {
+			cl := newClient(net.JoinHostPort(p.Status.PodIP, "6379"), newPW)
+			err := cl.Ping(ctx).Err()
+			cl.Close()
+			seen = append(seen, fmt.Sprintf("%s: %v", p.Name, err))
+			all = all && err == nil
+		}
+		return all, strings.Join(seen, "; "), nil
+	})
+	accepted := time.Since(start)
 	waitPasswordApplied(t, c, ns, "r", 2)
 	applied := time.Since(start)
 	_, ann := secretOf(t, c, ns, "r")
@@ -274,7 +287,8 @@ func TestPasswordRotation(t *testing.T) {
 		return time.Until(until) < 3*time.Second, time.Until(until).String() + " left", nil
 	})
 	oldSummary := oldLoad.finish()
-	t.Logf("password changed in the Secret; every member accepts it %v later; overlap until %s", applied.Round(10*time.Millisecond), until.Format(time.RFC3339))
+	t.Logf("password changed in the Secret; every member accepts it %v later, status says so %v later; overlap until %s",
+		accepted.Round(10*time.Millisecond), applied.Round(10*time.Millisecond), until.Format(time.RFC3339))
 	t.Logf("during the overlap: %s", oldSummary)
 	if oldLoad.failed.Load() != 0 {
 		t.Errorf("the old password's operations failed during the overlap: %s", oldSummary)

@@ -116,7 +116,7 @@ func TestEvictionOnRealNodes(t *testing.T) {
 		limit     int64 // the container's memory limit (0: none)
 	}{
 		{"lru-spec", v2("allkeys-lru", "24Mi", "128Mi"), 24 << 20, 128 << 20},
-		{"lru-limit", v2("allkeys-lru", "", "64Mi"), 48 << 20, 64 << 20},
+		{"lru-limit", v2("allkeys-lru", "", "128Mi"), 96 << 20, 128 << 20},
 		{"noevict", v2("noeviction", "16Mi", ""), 16 << 20, 0},
 		{"volatile", v2("volatile-lru", "16Mi", ""), 16 << 20, 0},
 		// v1 has no memory field: half the 1Gi volume.
