@@ -12,14 +12,12 @@ import (
 	"hash/fnv"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"example.com/cache-operator/engine/api"
@@ -92,11 +90,6 @@ func (c *Controller) fallBack(ip string, cred credentials) bool {
 	return !already
 }
 
-type authCheck struct {
-	key string
-	at  time.Time
-}
-
 // applyAuth gives every member whose server answered the Secret's credentials: the internal user
 // with its password, the default user with exactly the accepted hashes, replication as the
 // internal user. A member is read when the credentials or the member (its pod UID) changed since
@@ -107,44 +100,19 @@ func (c *Controller) applyAuth(ctx context.Context, members []memberState, mem *
 		return // the reconcile has not yet written the Secret's keys
 	}
 	if mem.authChecked == nil {
-		mem.authChecked = map[types.UID]authCheck{}
+		mem.authChecked = memberChecks{}
 	}
-	now := time.Now()
-	present := map[types.UID]bool{}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	for i := range members {
-		m := &members[i]
-		present[m.UID] = true
-		if !m.Observed {
-			continue
-		}
-		_, legacy := c.authFallback.Load(c.addr(m.IP))
-		if chk, ok := mem.authChecked[m.UID]; ok && !legacy && chk.key == cred.key && now.Sub(chk.at) < liveRecheck {
-			m.PasswordRevision = cred.revision
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := c.syncAuth(ctx, m.Name, c.memberClient(m.IP, cred), cred)
-			mu.Lock()
-			defer mu.Unlock()
+	fallenBack := func(m *memberState) bool { _, ok := c.authFallback.Load(c.addr(m.IP)); return ok }
+	mem.authChecked.sweep(members, cred.key, fallenBack,
+		func(m *memberState) error { return c.syncAuth(ctx, m.Name, c.memberClient(m.IP, cred), cred) },
+		func(m *memberState, err error) {
 			if err != nil {
 				m.AuthError = err.Error()
 				return
 			}
 			c.authFallback.Delete(c.addr(m.IP))
 			m.PasswordRevision = cred.revision
-			mem.authChecked[m.UID] = authCheck{key: cred.key, at: now}
-		}()
-	}
-	wg.Wait()
-	for uid := range mem.authChecked {
-		if !present[uid] {
-			delete(mem.authChecked, uid)
-		}
-	}
+		})
 }
 
 // syncAuth gives one member's server the credentials it does not have. Neither its log lines nor

@@ -76,9 +76,9 @@ type roleMemory struct {
 	// liveChecked, per member (by pod UID), the revision last found or made current, and when.
 	liveRV      string
 	live        liveSettings
-	liveChecked map[types.UID]liveCheck
+	liveChecked memberChecks
 	// authChecked is, per member, the credentials last found or made current, and when.
-	authChecked map[types.UID]authCheck
+	authChecked memberChecks
 }
 
 // liveSettings are the settings of a cache's ConfigMap (api.LiveConfigKey), parsed.
@@ -89,9 +89,56 @@ type liveSettings struct {
 	err      error  // the text does not parse
 }
 
-type liveCheck struct {
-	revision string
-	at       time.Time
+// memberChecks remembers, per member (by pod UID), what its server was last found with or given
+// (a digest), and when.
+type memberChecks map[types.UID]memberCheck
+
+type memberCheck struct {
+	key string
+	at  time.Time
+}
+
+// sweep runs check, in parallel, on every member whose server answered and whose last check is
+// not for key, is older than liveRecheck, or which again says must be read anyway. It then calls
+// result for every member that answered, under one lock: err nil when its server is current
+// (found so before, or made so now). Members gone are forgotten.
+func (mc memberChecks) sweep(members []memberState, key string, again func(*memberState) bool, check func(*memberState) error, result func(*memberState, error)) {
+	now := time.Now()
+	present := map[types.UID]bool{}
+	var stale []*memberState
+	for i := range members {
+		m := &members[i]
+		present[m.UID] = true
+		if !m.Observed {
+			continue
+		}
+		if chk, ok := mc[m.UID]; ok && chk.key == key && now.Sub(chk.at) < liveRecheck && !again(m) {
+			result(m, nil)
+			continue
+		}
+		stale = append(stale, m)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, m := range stale {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := check(m)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				mc[m.UID] = memberCheck{key: key, at: now}
+			}
+			result(m, err)
+		}()
+	}
+	wg.Wait()
+	for uid := range mc {
+		if !present[uid] {
+			delete(mc, uid)
+		}
+	}
 }
 
 // liveRecheck is how often a member with current live settings is read again: a setting changed
@@ -757,42 +804,17 @@ func (c *Controller) liveSettingsOf(ns, name string, mem *roleMemory) (liveSetti
 // not be given them.
 func (c *Controller) applyLiveSettings(ctx context.Context, members []memberState, mem *roleMemory, ls liveSettings, cred credentials) {
 	if mem.liveChecked == nil {
-		mem.liveChecked = map[types.UID]liveCheck{}
+		mem.liveChecked = memberChecks{}
 	}
-	now := time.Now()
-	present := map[types.UID]bool{}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	for i := range members {
-		m := &members[i]
-		present[m.UID] = true
-		if !m.Observed {
-			continue
-		}
-		if chk, ok := mem.liveChecked[m.UID]; ok && chk.revision == ls.revision && now.Sub(chk.at) < liveRecheck {
-			m.ConfigRevision = ls.revision
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := c.syncSettings(ctx, m.Name, c.memberClient(m.IP, cred), ls)
-			mu.Lock()
-			defer mu.Unlock()
+	mem.liveChecked.sweep(members, ls.revision, func(*memberState) bool { return false },
+		func(m *memberState) error { return c.syncSettings(ctx, m.Name, c.memberClient(m.IP, cred), ls) },
+		func(m *memberState, err error) {
 			if err != nil {
 				m.ConfigError = err.Error()
 				return
 			}
 			m.ConfigRevision = ls.revision
-			mem.liveChecked[m.UID] = liveCheck{revision: ls.revision, at: now}
-		}()
-	}
-	wg.Wait()
-	for uid := range mem.liveChecked {
-		if !present[uid] {
-			delete(mem.liveChecked, uid)
-		}
-	}
+		})
 }
 
 // syncSettings gives one member's server the live settings it does not have.
