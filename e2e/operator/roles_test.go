@@ -403,7 +403,7 @@ func TestRoutingThroughServices(t *testing.T) {
 		}
 
 		// From a pod (a member's container has redis-cli): 200 connections of 50 INCRs.
-		script := fmt.Sprintf(`for i in $(seq 200); do redis-cli --no-auth-warning -h %s-rw -r 50 incr pod-writes; done | grep -c READONLY; redis-cli --no-auth-warning -h %s-rw get pod-writes`, name, name)
+		script := fmt.Sprintf(`for i in $(seq 200); do redis-cli --no-auth-warning --user internal -h %s-rw -r 50 incr pod-writes; done | grep -c READONLY; redis-cli --no-auth-warning --user internal -h %s-rw get pod-writes`, name, name)
 		out, err = c.Exec(ctx, ns, name+"-0", "redis", "sh", "-c", script)
 		lines := strings.Fields(out)
 		t.Logf("size %d: 10,000 writes from pod %s-0 through %s-rw: READONLY count and counter: %v", n, name, name, lines)
