@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -377,10 +378,17 @@ func TestProbes(t *testing.T) {
 	}
 	waitReady(t, c, ns, "ready")
 	framework.Eventually(t, 30*time.Second, "the Service endpoint ready", func() (bool, string, error) { return readyEndpoint() })
+	// A label set by someone else (as the operator sets its role label) survives the node's next
+	// status write: the node agent patches the status alone.
+	if _, err := c.Kube.CoreV1().Pods(ns).Patch(ctx, "ready", types.MergePatchType, []byte(`{"metadata":{"labels":{"role":"primary"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.Exec(ctx, ns, "ready", "", "rm", "/tmp/ready"); err != nil {
 		t.Fatal(err)
 	}
-	waitPod(t, c, ns, "ready", 30*time.Second, "not Ready again", func(p *corev1.Pod) bool { return !framework.PodReady(p) })
+	if p := waitPod(t, c, ns, "ready", 30*time.Second, "not Ready again", func(p *corev1.Pod) bool { return !framework.PodReady(p) }); p.Labels["role"] != "primary" {
+		t.Errorf("labels after the node's status write: %v; want role=primary kept", p.Labels)
+	}
 	framework.Eventually(t, 30*time.Second, "the Service endpoint not ready", func() (bool, string, error) {
 		ok, seen, err := readyEndpoint()
 		return !ok, seen, err
@@ -422,6 +430,25 @@ func TestProbes(t *testing.T) {
 	})
 	if prev := logs(t, c, ns, "live", "--previous"); !strings.Contains(prev, "run started") {
 		t.Errorf("kubectl logs --previous: got %q", prev)
+	}
+
+	// Every status write of the nodes was a patch: an update of pods/status also writes the labels
+	// and annotations of the copy it sends, and so reverted those set since (virtual-kubelet's
+	// default, kubernetes/kubernetes#92022).
+	events, err := c.AuditEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := map[string]int{}
+	for _, e := range events {
+		if strings.HasPrefix(e.UserAgent, "node-agent/") && e.ObjectRef != nil && e.ObjectRef.Namespace == ns &&
+			e.ObjectRef.Resource == "pods" && e.ObjectRef.Subresource == "status" {
+			writes[e.Verb]++
+		}
+	}
+	t.Logf("the nodes' writes of pods/status in %s: %v", ns, writes)
+	if writes["patch"] == 0 || len(writes) != 1 {
+		t.Errorf("the nodes' writes of pods/status: %v; want patches only", writes)
 	}
 }
 

@@ -127,7 +127,7 @@ func run(cfg Config, kubeconfig, listen, clientCA, zone, podCIDR string) error {
 			provider = NewProvider(ctx, cfg)
 			return provider, nil, nil
 		},
-		nodeutil.WithClient(client),
+		nodeutil.WithClient(statusOnlyClient{client}), // status writes that never revert labels
 		func(c *nodeutil.NodeConfig) error {
 			c.NodeSpec = spec
 			c.HTTPListenAddr = listen
