@@ -331,11 +331,26 @@ func TestPasswordRotation(t *testing.T) {
 		"injected": "x\nreplicaof 198.18.0.1 6379",
 		"space":    "with space",
 	}
+	rejections := func() (int, error) {
+		events, err := c.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=PasswordRejected"})
+		if err != nil {
+			return 0, err
+		}
+		return len(events.Items), nil
+	}
+	refusedSoFar := 0
 	for name, bad := range hostile {
 		setSecretPassword(t, c, ns, "r", bad)
-		framework.Eventually(t, 30*time.Second, name+": PasswordApplied False/PasswordRejected", func() (bool, string, error) {
+		// The condition is already False after the first value, so wait for this value's own
+		// Event: then the operator has seen it before the next one overwrites it.
+		refusedSoFar++
+		framework.Eventually(t, 30*time.Second, name+": PasswordApplied False/PasswordRejected and its Event", func() (bool, string, error) {
 			cond, _, err := passwordCondition(c, ns, "r")
-			return strings.HasPrefix(cond, "False/PasswordRejected"), cond, err
+			if err != nil {
+				return false, cond, err
+			}
+			n, err := rejections()
+			return strings.HasPrefix(cond, "False/PasswordRejected") && n >= refusedSoFar, fmt.Sprintf("%s; %d PasswordRejected Events", cond, n), err
 		})
 		data, _ := secretOf(t, c, ns, "r")
 		if want := sha256Hex(newPW); data["password-sha256"] != want {
