@@ -316,9 +316,15 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	ns, name := mc.GetNamespace(), mc.GetName()
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "managedcache", klog.KRef(ns, name))
 	ctx = klog.NewContext(ctx, logger)
+	// idle is a return that schedules no poll: the next pod, Secret or cache event starts the
+	// next pass. Logged, so that a cache whose passes stopped shows why.
+	idle := func(why string) (time.Duration, error) {
+		logger.V(3).Info("Member pass waits for an event", "why", why)
+		return 0, nil
+	}
 	members := c.memberPods(ns, name)
 	if len(members) == 0 {
-		return 0, nil
+		return idle("no member pods")
 	}
 	updateRevision := c.updateRevision(ns, name)
 	addressed := false
@@ -331,12 +337,12 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	if !addressed {
 		// Nothing to read, and no telling yet whether the members can be dialled: the pod
 		// events that bring their addresses start the next pass.
-		return 0, nil
+		return idle("no member has an IP")
 	}
 	secret, _ := c.child(secretGVK, ns, api.SecretName(name))
 	cred, ok := credentialsOf(secret)
 	if !ok {
-		return 0, nil // no Secret yet: the reconcile creates it, and the pods wait for it
+		return idle("no credentials in the Secret yet") // the reconcile writes them, and the pods wait for them
 	}
 	c.observe(ctx, members, cred)
 
