@@ -16,12 +16,13 @@ import (
 	"syscall"
 	"time"
 
+	"example.com/cache-operator/engine/credentials"
+
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/klog/v2"
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/app"
-	"example.com/cache-operator/engine/controller"
 	"example.com/cache-operator/engine/render"
 	"example.com/cache-operator/engine/webhook"
 	"example.com/cache-operator/templates"
@@ -59,7 +60,7 @@ func main() {
 	memberNetworks := flag.String("member-networks", "", "comma-separated CIDRs the operator may dial members in; a cache with a member elsewhere is not observed: no roles read, no failover (empty: any)")
 	flag.IntVar(&cfg.Controller.MemberWorkers, "member-workers", 16, "member passes (reading servers, moving roles) run in parallel")
 	flag.DurationVar(&cfg.Controller.MemberPoll, "member-poll", time.Second, "how often each cache's members are read (INFO replication and keyspace)")
-	flag.DurationVar(&cfg.Controller.PasswordOverlap, "password-overlap", controller.DefaultPasswordOverlap, "how long the previous clients' password is still accepted after a rotation")
+	flag.DurationVar(&cfg.Controller.PasswordOverlap, "password-overlap", credentials.DefaultPasswordOverlap, "how long the previous clients' password is still accepted after a rotation")
 	gcPercent := flag.Int("gc-percent", 25, "the Go garbage collector's target, as GOGC (which, set in the environment, replaces this default): lower trades CPU for memory")
 	klog.InitFlags(nil)
 	flag.Parse()

@@ -9,11 +9,11 @@
 // client-go provides directly, and owning them keeps every API request visible (a reconcile of a
 // cache that is already right makes none).
 //
-// A second queue holds member passes (members.go): they read each member's server through package
-// member, decide the roles (roles.go), move the role labels, fail over, switch over and roll pods.
+// What the informers hold and how is package informers; the member passes, which read the members'
+// servers and move the roles, are package dataplane, whose views the status reads.
 //
-// It is not for wiring a process (package app), rendering, diffing, or speaking the Redis
-// protocol (package member).
+// It is not for wiring a process (package app), rendering, diffing, the members' servers, or the
+// password's rules (package credentials).
 package controller
 
 import (
@@ -25,16 +25,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"example.com/cache-operator/engine/credentials"
+	"example.com/cache-operator/engine/dataplane"
+
+	"example.com/cache-operator/engine/informers"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -42,7 +42,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"example.com/cache-operator/engine/api"
-	"example.com/cache-operator/engine/member"
 	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/render"
 	"example.com/cache-operator/engine/ssa"
@@ -76,20 +75,13 @@ type Options struct {
 	// operator's own; default "default").
 	Namespace string
 	// PasswordOverlap is how long the previous clients' password is still accepted after a
-	// rotation (default 10m).
+	// rotation (default credentials.DefaultPasswordOverlap).
 	PasswordOverlap time.Duration
 }
 
 // CleanupFunc releases what a cache holds outside the cluster when it is deleted. The finalizer
 // is removed only after every CleanupFunc succeeded; an error is retried with backoff.
 type CleanupFunc func(ctx context.Context, mc *unstructured.Unstructured) error
-
-// childKind is one kind the templates produce, with its informer.
-type childKind struct {
-	gvk      schema.GroupVersionKind
-	gvr      schema.GroupVersionResource
-	informer cache.SharedIndexInformer
-}
 
 // Controller reconciles ManagedCaches: one rate-limited queue of namespace/name keys, fed by the
 // ManagedCache informer and by the child informers (through the child's controller reference).
@@ -103,17 +95,11 @@ type Controller struct {
 	cleanups []CleanupFunc
 
 	queue     workqueue.TypedRateLimitingInterface[string]
-	packer    *packer // the informers' compact forms (compact.go)
-	caches    cache.SharedIndexInformer
-	children  []childKind
-	factories []informerFactory
+	informers *informers.Set
+	// members runs the member passes, whose views the status reads.
+	members *dataplane.Controller
 
 	reconciles atomic.Int64
-
-	members workqueue.TypedRateLimitingInterface[string]
-	pods    cache.SharedIndexInformer
-	pool    *member.Pool
-	store   memberStore
 	// statusWrites paces status writes that only report progress.
 	statusWrites statusWrites
 	// verified remembers each cache's last reconcile that found every child as wanted;
@@ -123,13 +109,11 @@ type Controller struct {
 	// rejectedPasswords holds, per cache, the hash of the Secret password last refused, so
 	// that each refused value gets one Event.
 	rejectedPasswords sync.Map
-	// authFallback holds the addresses of members to reach as the clients' default user: the
-	// internal user was refused (a member an older operator started, until applyAuth makes it).
-	authFallback sync.Map
 }
 
-// New builds a controller: informers for ManagedCaches and for every kind the templates render
-// (only the objects that carry the operator's managed-by label).
+// New builds a controller: informers for ManagedCaches, for every kind the templates render and
+// for the members' pods (only the objects that carry the operator's managed-by label), and the
+// member passes.
 func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Renderer, recorder record.EventRecorder, opts Options, cleanups ...CleanupFunc) (*Controller, error) {
 	if opts.Workers < 1 {
 		opts.Workers = 1
@@ -137,14 +121,8 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = 10 * time.Second
 	}
-	if opts.MemberWorkers < 1 {
-		opts.MemberWorkers = 16
-	}
 	if opts.PasswordOverlap <= 0 {
-		opts.PasswordOverlap = DefaultPasswordOverlap
-	}
-	if opts.MemberPoll <= 0 {
-		opts.MemberPoll = time.Second
+		opts.PasswordOverlap = credentials.DefaultPasswordOverlap
 	}
 	if opts.Render.ClusterDomain == "" {
 		opts.Render.ClusterDomain = api.DefaultClusterDomain
@@ -159,77 +137,26 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 		cleanups: cleanups,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "managedcache"}),
-		members: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "members"}),
-		pool: member.NewPool(),
-		store: memberStore{views: map[string]memberView{}, memory: map[string]*roleMemory{},
-			labels: map[string]labelExpectation{}, deleted: map[string]types.UID{}},
 	}
-	// ManagedCaches: all of them. Children: only objects that carry the operator's managed-by
-	// label, so that the Services, StatefulSets, Secrets and budgets of everyone else in the
-	// cluster never reach this process (a child without the label is found by its create, see
-	// createChild).
-	all := dynamicinformer.NewDynamicSharedInformerFactory(client, opts.Resync)
-	labelled := dynamicinformer.NewFilteredDynamicSharedInformerFactory(client, 0, metav1.NamespaceAll, func(o *metav1.ListOptions) {
-		o.LabelSelector = labels.SelectorFromSet(labels.Set{api.LabelManagedBy: api.ManagedByValue}).String()
-	})
-	c.factories = []informerFactory{all, labelled}
-	// labelledInformer returns the informer of labelled objects of gvr: typed where Kube serves
-	// the kind, dynamic otherwise.
-	labelledInformer := func(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
-		return labelled.ForResource(gvr).Informer()
-	}
-	if opts.Kube != nil {
-		typed := informers.NewSharedInformerFactoryWithOptions(opts.Kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.SelectorFromSet(labels.Set{api.LabelManagedBy: api.ManagedByValue}).String()
-		}))
-		c.factories = append(c.factories, typed)
-		labelledInformer = func(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
-			if gi, err := typed.ForResource(gvr); err == nil {
-				return gi.Informer()
-			}
-			return labelled.ForResource(gvr).Informer()
-		}
-	}
-
-	// The informers hold objects packed (compact.go), against a dictionary of sample children.
+	// (A child without the managed-by label is found by its create, see createChild.)
 	var err error
-	if c.packer, err = newSamplesPacker(renderer); err != nil {
+	if c.informers, err = informers.New(client, mapper, renderer, informers.Options{Resync: opts.Resync, Kube: opts.Kube}); err != nil {
 		return nil, err
 	}
-
-	c.caches = all.ForResource(api.Resource).Informer()
-	if err := c.caches.SetTransform(c.packer.cacheTransform()); err != nil {
-		return nil, err
-	}
-	if _, err := c.caches.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := c.informers.Caches.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: c.cacheUpdated,
 		DeleteFunc: c.enqueue,
 	}); err != nil {
 		return nil, err
 	}
-
-	kinds, err := renderer.Kinds()
-	if err != nil {
-		return nil, fmt.Errorf("rendering a sample cache to find the child kinds: %w", err)
-	}
-	for _, gvk := range kinds {
-		gvr, err := ssa.ResourceFor(mapper, gvk)
-		if err != nil {
-			return nil, fmt.Errorf("child kind %s: %w", gvk, err)
-		}
-		inf := labelledInformer(gvr)
-		if err := inf.SetTransform(c.packer.childTransform(gvk, api.FieldManager)); err != nil {
-			return nil, err
-		}
-		readsStatus := gvk == statefulSetGVK // status is computed from the StatefulSet's
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	for _, k := range c.informers.Children {
+		readsStatus := k.GVK == informers.StatefulSet // status is computed from the StatefulSet's
+		if _, err := k.Informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: c.enqueueOwner,
 			UpdateFunc: func(old, cur interface{}) {
 				if o, n := old.(metav1.Object), cur.(metav1.Object); o.GetResourceVersion() != n.GetResourceVersion() &&
-					(readsStatus || !statusOnlyChildUpdate(old, cur)) {
+					(readsStatus || !informers.StatusOnlyChildUpdate(old, cur)) {
 					c.enqueueOwner(cur)
 				}
 			},
@@ -237,52 +164,15 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 		}); err != nil {
 			return nil, err
 		}
-		c.children = append(c.children, childKind{gvk: gvk, gvr: gvr, informer: inf})
 	}
-	// Pods: the cache members, for the member passes; only what they read is kept.
-	c.pods = labelledInformer(podsGVR)
-	if err := c.pods.SetTransform(podTransform); err != nil {
+	// A member pass whose view changed has the cache's status rewritten.
+	c.members, err = dataplane.New(client, c.informers, recorder,
+		dataplane.Options{MemberNetworks: opts.MemberNetworks, Workers: opts.MemberWorkers, Poll: opts.MemberPoll}, c.queue.Add)
+	if err != nil {
 		return nil, err
 	}
-	if err := c.pods.AddIndexers(cache.Indexers{instanceIndex: podInstance}); err != nil {
-		return nil, err
-	}
-	if _, err := c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueuePod,
-		UpdateFunc: func(old, cur interface{}) {
-			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
-				c.enqueuePod(cur)
-			}
-		},
-		DeleteFunc: func(obj interface{}) {
-			c.enqueuePod(obj)
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if p, ok := obj.(*memberPod); ok && p.ip != "" {
-				c.pool.Forget(c.addr(p.ip))
-			}
-		},
-	}); err != nil {
-		return nil, err
-	}
-	metrics.RegisterFleet(c.countByReady)
+	metrics.RegisterFleet(c.informers.CountByReady)
 	return c, nil
-}
-
-// informerFactory is a dynamic or a typed informer factory.
-type informerFactory interface {
-	Start(stopCh <-chan struct{})
-}
-
-// cache returns the ManagedCache key from the informer cache: a copy of its own.
-func (c *Controller) cache(key string) (*unstructured.Unstructured, bool, error) {
-	obj, exists, err := c.caches.GetIndexer().GetByKey(key)
-	if err != nil || !exists {
-		return nil, false, err
-	}
-	mc, err := c.packer.unpackObject(obj)
-	return mc, err == nil, err
 }
 
 // Reconciles returns how many reconciles have finished (for tests and metrics).
@@ -301,18 +191,7 @@ func (c *Controller) Run(ctx context.Context) error {
 // Start starts the informers and waits until their caches have synced. Every replica does this
 // (the webhooks read the cache); only the leader runs workers.
 func (c *Controller) Start(ctx context.Context) error {
-	for _, f := range c.factories {
-		f.Start(ctx.Done())
-	}
-	synced := []cache.InformerSynced{c.caches.HasSynced, c.pods.HasSynced}
-	for _, k := range c.children {
-		synced = append(synced, k.informer.HasSynced)
-	}
-	klog.InfoS("Waiting for informer caches to sync", "kinds", len(synced))
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return fmt.Errorf("informer caches did not sync")
-	}
-	return nil
+	return c.informers.Start(ctx)
 }
 
 // RunWorkers reconciles until ctx ends. Then it takes no more work (what is queued is left: the
@@ -339,12 +218,11 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 			}
 		}()
 	}
-	var memberWorkers sync.WaitGroup
-	c.runMemberWorkers(ctx, &memberWorkers)
+	c.members.Start(ctx)
 	<-ctx.Done()
 	c.queue.ShutDown()
 	c.members.ShutDown()
-	defer func() { memberWorkers.Wait(); c.pool.Close() }()
+	defer c.members.Wait()
 	stopped := make(chan struct{})
 	go func() { workers.Wait(); close(stopped) }()
 	klog.InfoS("Shutting down: finishing reconciles in flight", "grace", c.opts.ShutdownGrace, "queued", c.queue.Len())
@@ -415,17 +293,6 @@ func statusOnlyUpdate(old, cur metav1.Object) bool {
 		old.GetDeletionTimestamp().Equal(cur.GetDeletionTimestamp())
 }
 
-// statusOnlyChildUpdate is statusOnlyUpdate for the children as the informers hold them: the
-// version digest stands for the generation and the metadata compared.
-func statusOnlyChildUpdate(old, cur interface{}) bool {
-	o, ok1 := old.(*packedObject)
-	n, ok2 := cur.(*packedObject)
-	if !ok1 || !ok2 {
-		return false
-	}
-	return n.GetGeneration() != 0 && o.version == n.version
-}
-
 // enqueueOwner enqueues the ManagedCache that controls a child; an orphan carrying a cache's
 // labels enqueues that cache (which will adopt it). Other objects are ignored.
 func (c *Controller) enqueueOwner(obj interface{}) {
@@ -449,58 +316,9 @@ func (c *Controller) enqueueOwner(obj interface{}) {
 }
 
 // child returns the live child of kind gvk named namespace/name from the informer cache: a copy
-// of its own, decoded from what the cache holds.
+// of its own (nil if there is none).
 func (c *Controller) child(gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, error) {
-	for _, k := range c.children {
-		if k.gvk != gvk {
-			continue
-		}
-		obj, exists, err := k.informer.GetIndexer().GetByKey(namespace + "/" + name)
-		if err != nil || !exists {
-			return nil, err
-		}
-		return c.packer.unpackObject(obj)
-	}
-	return nil, fmt.Errorf("%s is not a watched child kind", gvk)
-}
-
-// packedChild returns a child as its informer holds it, undecoded (nil if there is none).
-func (c *Controller) packedChild(gvk schema.GroupVersionKind, namespace, name string) *packedObject {
-	for _, k := range c.children {
-		if k.gvk != gvk {
-			continue
-		}
-		obj, _, _ := k.informer.GetIndexer().GetByKey(namespace + "/" + name)
-		p, _ := obj.(*packedObject)
-		return p
-	}
-	return nil
-}
-
-// updateRevision returns the StatefulSet's status.updateRevision from the informer cache ("" if
-// there is none), without decoding the StatefulSet: a member pass reads it every time.
-func (c *Controller) updateRevision(namespace, name string) string {
-	for _, k := range c.children {
-		if k.gvk != statefulSetGVK {
-			continue
-		}
-		obj, _, _ := k.informer.GetIndexer().GetByKey(namespace + "/" + name)
-		if p, ok := obj.(*packedObject); ok {
-			return p.updateRevision
-		}
-	}
-	return ""
-}
-
-// countByReady counts the caches in the informer cache by the status of their Ready condition.
-func (c *Controller) countByReady() map[string]int {
-	counts := map[string]int{}
-	for _, obj := range c.caches.GetStore().List() {
-		if p, ok := obj.(*packedObject); ok {
-			counts[p.ready]++
-		}
-	}
-	return counts
+	return c.informers.Child(gvk, namespace, name)
 }
 
 // learnServerDefaults dry-run creates sample children, so that the drift check knows which fields
@@ -518,8 +336,8 @@ func (c *Controller) learnServerDefaults(ctx context.Context) {
 		return
 	}
 	gvrs := map[schema.GroupVersionKind]schema.GroupVersionResource{}
-	for _, k := range c.children {
-		gvrs[k.gvk] = k.gvr
+	for _, k := range c.informers.Children {
+		gvrs[k.GVK] = k.GVR
 	}
 	learned := 0
 	for _, want := range samples {

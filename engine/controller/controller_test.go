@@ -3,17 +3,20 @@ package controller
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"example.com/cache-operator/engine/credentials"
+	"example.com/cache-operator/engine/dataplane"
+	"example.com/cache-operator/engine/roles"
+
+	"example.com/cache-operator/engine/informers"
+
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/render"
 	"example.com/cache-operator/templates"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/kubernetes/scheme"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -37,7 +39,7 @@ var testKinds = map[schema.GroupVersionResource]string{
 	{Version: "v1", Resource: "services"}:                              "Service",
 	{Group: "apps", Version: "v1", Resource: "statefulsets"}:           "StatefulSet",
 	{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}: "PodDisruptionBudget",
-	podsGVR: "Pod",
+	informers.Pods: "Pod",
 }
 
 type fixture struct {
@@ -231,7 +233,8 @@ func TestPasswordSecret(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pw := passwordFrom(s)
+		sec, _ := credentials.Parse(s)
+		pw := sec.Password
 		if len(pw) != 64 {
 			t.Errorf("generated password has %d characters, want 64 hex", len(pw))
 		}
@@ -246,8 +249,8 @@ func TestPasswordSecret(t *testing.T) {
 		secret.Object["data"] = map[string]interface{}{api.PasswordKey: base64.StdEncoding.EncodeToString([]byte("users-choice"))}
 		f := newFixture(t, nil, mc, secret)
 		d, err := f.ctrl.auth(mc)
-		if err != nil || d.auth.Password != "users-choice" || d.auth.PasswordHash != render.PasswordHash("users-choice") {
-			t.Errorf("password %q (hash %s), %v; want the Secret's", d.auth.Password, d.auth.PasswordHash, err)
+		if err != nil || d.Auth.Password != "users-choice" || d.Auth.PasswordHash != render.PasswordHash("users-choice") {
+			t.Errorf("password %q (hash %s), %v; want the Secret's", d.Auth.Password, d.Auth.PasswordHash, err)
 		}
 		for _, w := range f.writes() {
 			if strings.Contains(w, "secrets") {
@@ -317,7 +320,7 @@ func TestStatus(t *testing.T) {
 		{"rolling", sts(3, 3, 2), false, 3, ReasonWaitingForReplicas},
 		{"scaling down from 5", sts(5, 5, 5), false, 3, ReasonWaitingForReplicas},
 	} {
-		s := newStatus(mc, spec, api.DefaultClusterDomain, tc.sts, nil, memberView{Primary: "sessions-0"}, true, "", "")
+		s := newStatus(mc, spec, api.DefaultClusterDomain, tc.sts, nil, dataplane.View{Primary: "sessions-0"}, true, "", "")
 		c := meta.FindStatusCondition(s.Conditions, ConditionReady)
 		if (c.Status == metav1.ConditionTrue) != tc.ready || c.Reason != tc.reason || s.ReadyReplicas != tc.readyMembers {
 			t.Errorf("%s: Ready %s/%s (%s), readyReplicas %d; want ready %v, %s, %d", tc.name, c.Status, c.Reason, c.Message,
@@ -333,24 +336,24 @@ func TestStatus(t *testing.T) {
 		name   string
 		viewOK bool
 		reason string
-	}{{"the member pass found no primary", true, ReasonNoPrimary}, {"no member pass yet", false, ReasonWaitingForReplicas}} {
-		s := newStatus(mc, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, memberView{}, tc.viewOK, "", "")
+	}{{"the member pass found no primary", true, roles.ReasonNoPrimary}, {"no member pass yet", false, ReasonWaitingForReplicas}} {
+		s := newStatus(mc, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, dataplane.View{}, tc.viewOK, "", "")
 		if c := meta.FindStatusCondition(s.Conditions, ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != tc.reason {
 			t.Errorf("%s: Ready %s/%s (%s); want False/%s", tc.name, c.Status, c.Reason, c.Message, tc.reason)
 		}
 	}
 	// A status that is already right is not written again; lastTransitionTime stays.
-	s := newStatus(mc, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, memberView{Primary: "sessions-0"}, true, "", "")
+	s := newStatus(mc, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, dataplane.View{Primary: "sessions-0"}, true, "", "")
 	updated, err := withStatus(mc, s)
 	if err != nil || updated == nil {
 		t.Fatalf("first status: %v", err)
 	}
-	again := newStatus(updated, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, memberView{Primary: "sessions-0"}, true, "", "")
+	again := newStatus(updated, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, dataplane.View{Primary: "sessions-0"}, true, "", "")
 	if u, _ := withStatus(updated, again); u != nil {
 		t.Error("an unchanged status would be written again")
 	}
 	// A new leader, before its first member pass, keeps what status says: nothing to write.
-	if u, _ := withStatus(updated, newStatus(updated, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, memberView{}, false, "", "")); u != nil {
+	if u, _ := withStatus(updated, newStatus(updated, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, dataplane.View{}, false, "", "")); u != nil {
 		t.Errorf("before the first member pass, status would be rewritten: %v", u.Object["status"])
 	}
 }
@@ -407,55 +410,22 @@ func TestInformersHoldOnlyOurObjects(t *testing.T) {
 	})
 	foreign := child("v1", "Service", "web", nil)
 	f := newFixture(t, nil, mc, ours, foreign)
-	var svc *childKind
-	for i := range f.ctrl.children {
-		if f.ctrl.children[i].gvk.Kind == "Service" {
-			svc = &f.ctrl.children[i]
+	var svc *informers.Kind
+	for i := range f.ctrl.informers.Children {
+		if f.ctrl.informers.Children[i].GVK.Kind == "Service" {
+			svc = &f.ctrl.informers.Children[i]
 		}
 	}
-	keys := svc.informer.GetStore().ListKeys()
+	keys := svc.Informer.GetStore().ListKeys()
 	if len(keys) != 1 || keys[0] != "shop/sessions" {
 		t.Errorf("Service informer holds %v; want only shop/sessions", keys)
 	}
-	live, err := f.ctrl.child(svc.gvk, "shop", "sessions")
+	live, err := f.ctrl.child(svc.GVK, "shop", "sessions")
 	if err != nil || live == nil {
 		t.Fatalf("child: %v %v", live, err)
 	}
 	if mf := live.GetManagedFields(); len(mf) != 1 || mf[0].Manager != api.FieldManager || mf[0].Subresource != "" {
 		t.Errorf("managedFields kept %+v; want the operator's main entry only", mf)
-	}
-}
-
-// A child the operator made with a plain create (its entry is an Update) keeps every manager's
-// entry until its first apply, which rewrites the whole list from this copy; after it, only the
-// operator's Apply entry is kept.
-func TestManagedFieldsKeptUntilTheUpgrade(t *testing.T) {
-	entry := func(manager string, op metav1.ManagedFieldsOperationType, sub string) metav1.ManagedFieldsEntry {
-		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, Subresource: sub, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{}`)}}
-	}
-	kcm := entry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate, "status")
-	for _, tc := range []struct {
-		name string
-		in   []metav1.ManagedFieldsEntry
-		want []string
-	}{
-		{"created, not yet applied", []metav1.ManagedFieldsEntry{entry(api.FieldManager, metav1.ManagedFieldsOperationUpdate, ""), kcm},
-			[]string{api.FieldManager + "/Update/", "kube-controller-manager/Update/status"}},
-		{"applied", []metav1.ManagedFieldsEntry{entry(api.FieldManager, metav1.ManagedFieldsOperationApply, ""), kcm},
-			[]string{api.FieldManager + "/Apply/"}},
-		{"the operator's status entry is not an Update of the object", []metav1.ManagedFieldsEntry{entry(api.FieldManager, metav1.ManagedFieldsOperationUpdate, "status"), kcm},
-			nil},
-	} {
-		o := child("apps/v1", "StatefulSet", "sessions", nil)
-		o.SetManagedFields(tc.in)
-		keepManagedFields(o, api.FieldManager)
-		var got []string
-		for _, e := range o.GetManagedFields() {
-			got = append(got, e.Manager+"/"+string(e.Operation)+"/"+e.Subresource)
-		}
-		if !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("%s: kept %v, want %v", tc.name, got, tc.want)
-		}
 	}
 }
 
@@ -509,7 +479,7 @@ func TestVerifiedPassSkipsTheComparison(t *testing.T) {
 			if !ok {
 				return false
 			}
-			held, err := f.ctrl.packer.unpackObject(obj)
+			held, err := f.ctrl.informers.Packer.Unpack(obj)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -521,14 +491,14 @@ func TestVerifiedPassSkipsTheComparison(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			behind := ""
-			for _, k := range f.ctrl.children {
-				list, err := f.client.Resource(k.gvr).Namespace("shop").List(ctx, metav1.ListOptions{})
+			for _, k := range f.ctrl.informers.Children {
+				list, err := f.client.Resource(k.GVR).Namespace("shop").List(ctx, metav1.ListOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
 				for i := range list.Items {
-					if !same(k.informer, &list.Items[i]) {
-						behind = k.gvk.Kind + "/" + list.Items[i].GetName()
+					if !same(k.Informer, &list.Items[i]) {
+						behind = k.GVK.Kind + "/" + list.Items[i].GetName()
 					}
 				}
 			}
@@ -536,7 +506,7 @@ func TestVerifiedPassSkipsTheComparison(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !same(f.ctrl.caches, live) {
+			if !same(f.ctrl.informers.Caches, live) {
 				behind = "the cache"
 			}
 			if behind == "" {
@@ -626,66 +596,6 @@ func TestVerifiedPassSkipsTheComparison(t *testing.T) {
 	}
 }
 
-// A child's version digest is the same packed and decoded; it changes with the metadata the
-// drift check compares and the generation, not with status (for kinds with a generation).
-func TestObjectVersion(t *testing.T) {
-	base := func() *unstructured.Unstructured {
-		o := child("apps/v1", "StatefulSet", "sessions", newCache("sessions"))
-		o.SetUID("u1")
-		o.SetGeneration(2)
-		o.SetResourceVersion("10")
-		o.SetLabels(map[string]string{"a": "1", "b": "2"})
-		return o
-	}
-	v := objectVersion(base())
-	same := base()
-	same.SetResourceVersion("11") // a status update
-	same.Object["status"] = map[string]interface{}{"readyReplicas": int64(3)}
-	same.SetLabels(map[string]string{"b": "2", "a": "1"})
-	if objectVersion(same) != v {
-		t.Error("a status update changed the version of a kind with a generation")
-	}
-	renderer, err := render.NewRenderer(templates.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newTestPacker(t, renderer)
-	stored, err := p.childTransform(statefulSetGVK, api.FieldManager)(base())
-	if err != nil {
-		t.Fatal(err)
-	}
-	decoded, err := p.unpackObject(stored)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if stored.(*packedObject).version != v || objectVersion(decoded) != v {
-		t.Error("the packed object's version differs from the decoded one's")
-	}
-	for name, change := range map[string]func(o *unstructured.Unstructured){
-		"generation":  func(o *unstructured.Unstructured) { o.SetGeneration(3) },
-		"uid":         func(o *unstructured.Unstructured) { o.SetUID("u2") },
-		"label":       func(o *unstructured.Unstructured) { o.SetLabels(map[string]string{"a": "1"}) },
-		"label moved": func(o *unstructured.Unstructured) { o.SetLabels(map[string]string{"a": "12"}) },
-		"annotation":  func(o *unstructured.Unstructured) { o.SetAnnotations(map[string]string{"a": "1"}) },
-		"owner":       func(o *unstructured.Unstructured) { o.SetOwnerReferences(nil) },
-		"finalizer":   func(o *unstructured.Unstructured) { o.SetFinalizers([]string{"f"}) },
-		"deletion":    func(o *unstructured.Unstructured) { now := metav1.Now(); o.SetDeletionTimestamp(&now) },
-	} {
-		o := base()
-		change(o)
-		if objectVersion(o) == v {
-			t.Errorf("%s changed, the version did not", name)
-		}
-	}
-	secret := child("v1", "Secret", "sessions-auth", nil)
-	secret.SetResourceVersion("5")
-	sv := objectVersion(secret)
-	secret.SetResourceVersion("6")
-	if objectVersion(secret) == sv {
-		t.Error("a kind without a generation: a new resourceVersion did not change the version")
-	}
-}
-
 // Progress (the ready count, members, a message) waits for the pace; a user-facing change (a
 // condition's status or reason, the generation, the primary) is written at once.
 func TestStatusWritesArePaced(t *testing.T) {
@@ -755,260 +665,6 @@ func TestStatusWritesArePaced(t *testing.T) {
 	}
 }
 
-// The child informers keep an object as its metadata and its JSON packed: keyed and routed like
-// the object, decoded back to it (with the operator's managedFields entry only), and a fraction of
-// the JSON's size.
-func TestPackedChildRoundTrip(t *testing.T) {
-	objs, p := samplesAndPacker(t)
-	totalJSON, totalPacked := 0, 0
-	for _, o := range objs {
-		transform := p.childTransform(o.GroupVersionKind(), api.FieldManager)
-		o.SetResourceVersion("42")
-		if o.GetKind() == "StatefulSet" {
-			o.Object["status"] = map[string]interface{}{"updateRevision": "sessions-7d4f"}
-		}
-		o.SetOwnerReferences([]metav1.OwnerReference{api.OwnerReference(newCache("sessions"))})
-		o.SetManagedFields([]metav1.ManagedFieldsEntry{
-			{Manager: api.FieldManager, Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}},
-			{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{}}`)}},
-		})
-		want := o.DeepCopy()
-		want.SetManagedFields(want.GetManagedFields()[:1])
-		stored, err := transform(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if again, _ := transform(stored); again != stored {
-			t.Errorf("%s: transforming a stored object again changed it", o.GetKind())
-		}
-		key, err := cache.MetaNamespaceKeyFunc(stored)
-		if err != nil || key != "shop/"+o.GetName() {
-			t.Errorf("%s: key %q, %v", o.GetKind(), key, err)
-		}
-		if ref := metav1.GetControllerOfNoCopy(stored.(metav1.Object)); ref == nil || ref.Name != "sessions" {
-			t.Errorf("%s: owner reference lost: %v", o.GetKind(), ref)
-		}
-		got, err := p.unpackObject(stored)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !equality.Semantic.DeepEqual(got.Object, want.Object) {
-			t.Errorf("%s: decoded %v\nwant %v", o.GetKind(), got.Object, want.Object)
-		}
-		if rev, _, _ := unstructured.NestedString(o.Object, "status", "updateRevision"); stored.(*packedObject).updateRevision != rev {
-			t.Errorf("%s: updateRevision %q, want %q", o.GetKind(), stored.(*packedObject).updateRevision, rev)
-		}
-		raw, _ := want.MarshalJSON()
-		packed := len(stored.(*packedObject).packed)
-		t.Logf("%s: %d bytes of JSON packed into %d", o.GetKind(), len(raw), packed)
-		totalJSON, totalPacked = totalJSON+len(raw), totalPacked+packed
-	}
-	if totalPacked*4 > totalJSON {
-		t.Errorf("%d bytes of JSON packed into %d, more than a quarter", totalJSON, totalPacked)
-	}
-}
-
-// A built-in child read through the typed (protobuf) informer is packed as the same object as
-// when a dynamic informer reads the API server's JSON of it; a pod becomes the same member pod.
-func TestTypedInformerObjectsPackAsDynamic(t *testing.T) {
-	objs, p := samplesAndPacker(t)
-	created := metav1.NewTime(time.Date(2026, 12, 1, 7, 0, 0, 0, time.UTC))
-	for _, o := range objs {
-		o.SetResourceVersion("42")
-		o.SetUID("u-" + types.UID(o.GetName()))
-		o.SetCreationTimestamp(created)
-		o.SetOwnerReferences([]metav1.OwnerReference{api.OwnerReference(newCache("sessions"))})
-		o.SetManagedFields([]metav1.ManagedFieldsEntry{
-			{Manager: api.FieldManager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: o.GetAPIVersion(), FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}},
-			{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{}}`)}},
-		})
-		if o.GetKind() == "StatefulSet" {
-			o.Object["status"] = map[string]interface{}{"replicas": int64(3), "updateRevision": "sessions-7d4f"}
-		}
-		// The typed object, as the protobuf informer decodes it, and the API server's JSON of
-		// it, as a dynamic informer decodes that.
-		typed, err := scheme.Scheme.New(o.GroupVersionKind())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, typed); err != nil {
-			t.Fatal(err)
-		}
-		raw, err := json.Marshal(typed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		server := &unstructured.Unstructured{}
-		if err := server.UnmarshalJSON(raw); err != nil {
-			t.Fatal(err)
-		}
-		typed.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{}) // informers leave it empty
-		transform := p.childTransform(o.GroupVersionKind(), api.FieldManager)
-		fromTyped, err := transform(typed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fromDynamic, err := transform(server)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pt, pd := fromTyped.(*packedObject), fromDynamic.(*packedObject)
-		if !equality.Semantic.DeepEqual(pt.ObjectMeta, pd.ObjectMeta) || pt.updateRevision != pd.updateRevision {
-			t.Errorf("%s: routing metadata typed %+v (%q), dynamic %+v (%q)", o.GetKind(), pt.ObjectMeta, pt.updateRevision, pd.ObjectMeta, pd.updateRevision)
-		}
-		gotTyped, err := p.unpackObject(pt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gotDynamic, err := p.unpackObject(pd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !equality.Semantic.DeepEqual(gotTyped.Object, gotDynamic.Object) {
-			t.Errorf("%s: from the typed informer %v\nfrom the dynamic one %v", o.GetKind(), gotTyped.Object, gotDynamic.Object)
-		}
-		if n := len(gotTyped.GetManagedFields()); n != 1 {
-			t.Errorf("%s: %d managedFields entries kept, want the operator's one", o.GetKind(), n)
-		}
-		t.Logf("%s: %d bytes of JSON, packed from typed %d, from dynamic %d", o.GetKind(), len(raw), len(pt.packed), len(pd.packed))
-	}
-
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "sessions-1", Namespace: "shop", UID: "u1", ResourceVersion: "9",
-			Labels:          map[string]string{api.LabelInstance: "sessions", api.LabelRole: api.RolePrimary, "controller-revision-hash": "r1", "other": "x"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "sessions", UID: "s1", Controller: ptr.To(true)}}},
-		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "redis"}}},
-		Status: corev1.PodStatus{PodIP: "198.18.0.9",
-			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "redis", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}},
-	}
-	for _, state := range []corev1.ContainerState{{Running: &corev1.ContainerStateRunning{}}, {Waiting: &corev1.ContainerStateWaiting{}}} {
-		pod.Status.ContainerStatuses[0].State = state
-		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pod)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fromTyped, _ := podTransform(pod.DeepCopy())
-		fromDynamic, _ := podTransform(&unstructured.Unstructured{Object: obj})
-		if !reflect.DeepEqual(fromTyped, fromDynamic) {
-			t.Errorf("member pod from the typed informer %+v, from the dynamic one %+v", fromTyped, fromDynamic)
-		}
-	}
-}
-
-// samplesAndPacker returns the sample children of cache shop/sessions and the packer New makes.
-func samplesAndPacker(t *testing.T) ([]*unstructured.Unstructured, *packer) {
-	t.Helper()
-	renderer, err := render.NewRenderer(templates.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := renderer.Samples("shop", "sessions")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return objs, newTestPacker(t, renderer)
-}
-
-// newTestPacker is the packer New makes: its dictionary is another cache's sample children.
-func newTestPacker(t testing.TB, renderer *render.Renderer) *packer {
-	p, err := newSamplesPacker(renderer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// The ManagedCache informer keeps what cacheUpdated compares and the Ready status unpacked; the
-// pod informer keeps what a member pass reads.
-func TestPackedCacheAndMemberPod(t *testing.T) {
-	renderer, err := render.NewRenderer(templates.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newTestPacker(t, renderer)
-	mc := newCache("sessions")
-	mc.SetGeneration(3)
-	mc.SetResourceVersion("7")
-	mc.SetAnnotations(map[string]string{api.SwitchoverAnnotation: "sessions-1"})
-	mc.SetFinalizers([]string{"example.com/x"})
-	now := metav1.Now()
-	mc.SetDeletionTimestamp(&now)
-	mc.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}})
-	if err := unstructured.SetNestedSlice(mc.Object, []interface{}{map[string]interface{}{"type": ConditionReady, "status": "False"}}, "status", "conditions"); err != nil {
-		t.Fatal(err)
-	}
-	want := mc.DeepCopy()
-	want.SetManagedFields(nil)
-	stored, err := p.cacheTransform()(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	po := stored.(*packedObject)
-	if po.GetGeneration() != 3 || po.GetResourceVersion() != "7" || po.GetAnnotations()[api.SwitchoverAnnotation] != "sessions-1" ||
-		len(po.GetFinalizers()) != 1 || po.GetDeletionTimestamp() == nil || po.ready != "False" {
-		t.Errorf("routing metadata: %+v, ready %q", po.ObjectMeta, po.ready)
-	}
-	got, err := p.unpackObject(stored)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !equality.Semantic.DeepEqual(got.Object, want.Object) {
-		t.Errorf("decoded %v\nwant %v", got.Object, want.Object)
-	}
-
-	pod := &unstructured.Unstructured{Object: map[string]interface{}{
-		"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]interface{}{
-			"name": "sessions-1", "namespace": "shop", "uid": "u1", "resourceVersion": "9",
-			"labels":          map[string]interface{}{api.LabelInstance: "sessions", api.LabelRole: api.RolePrimary, "controller-revision-hash": "r1", "other": "x"},
-			"ownerReferences": []interface{}{map[string]interface{}{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "sessions", "uid": "s1", "controller": true}},
-		},
-		"spec": map[string]interface{}{"nodeName": "n1", "containers": []interface{}{map[string]interface{}{"name": "redis"}}},
-		"status": map[string]interface{}{
-			"podIP":             "198.18.0.9",
-			"conditions":        []interface{}{map[string]interface{}{"type": "Ready", "status": "True"}},
-			"containerStatuses": []interface{}{map[string]interface{}{"name": "redis", "state": map[string]interface{}{"running": map[string]interface{}{}}}},
-		},
-	}}
-	out, err := podTransform(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mp := out.(*memberPod)
-	if mp.Name != "sessions-1" || mp.UID != "u1" || mp.ip != "198.18.0.9" || !mp.ready || !mp.running ||
-		len(mp.Labels) != 3 || mp.Labels[api.LabelRole] != api.RolePrimary || metav1.GetControllerOfNoCopy(mp).Name != "sessions" {
-		t.Errorf("member pod: %+v", mp)
-	}
-	if keys, _ := podInstance(mp); len(keys) != 1 || keys[0] != "shop/sessions" {
-		t.Errorf("indexed as %v", keys)
-	}
-	unstructured.RemoveNestedField(pod.Object, "status", "containerStatuses", "0", "state")
-	_ = unstructured.SetNestedSlice(pod.Object, []interface{}{map[string]interface{}{"name": "redis", "state": map[string]interface{}{"waiting": map[string]interface{}{}}}}, "status", "containerStatuses")
-	if out, _ := podTransform(pod); out.(*memberPod).running {
-		t.Errorf("a waiting container counts as running")
-	}
-}
-
-// BenchmarkUnpackCache is what a reconcile or a member pass pays to read a cache from the informer.
-func BenchmarkUnpackCache(b *testing.B) {
-	renderer, err := render.NewRenderer(templates.FS)
-	if err != nil {
-		b.Fatal(err)
-	}
-	p := newTestPacker(b, renderer)
-	stored, err := p.cacheTransform()(newCache("sessions"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := p.unpackObject(stored); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // A child's update that changed only its status or managedFields starts no reconcile; any change
 // of spec (generation) or of the metadata the drift check compares does.
 func TestStatusOnlyUpdate(t *testing.T) {
@@ -1044,24 +700,24 @@ func TestStatusOnlyUpdate(t *testing.T) {
 // naming those that have not (with the first error) or saying the settings do not parse, and
 // absent when no member pass has seen a ConfigMap.
 func TestLiveSettingsCondition(t *testing.T) {
-	members := func(revs ...string) []memberStatus {
-		var out []memberStatus
+	members := func(revs ...string) []dataplane.MemberStatus {
+		var out []dataplane.MemberStatus
 		for i, r := range revs {
-			out = append(out, memberStatus{Name: fmt.Sprintf("c-%d", i), Role: api.RoleReplica, ConfigRevision: r})
+			out = append(out, dataplane.MemberStatus{Name: fmt.Sprintf("c-%d", i), Role: api.RoleReplica, ConfigRevision: r})
 		}
 		return out
 	}
 	for _, tc := range []struct {
 		name                  string
-		view                  memberView
+		view                  dataplane.View
 		status, reason, inMsg string
 	}{
-		{"applied", memberView{Observed: true, Live: "abc", Members: members("abc", "abc")}, "True", ReasonLiveSettingsApplied, "revision abc"},
-		{"pending", memberView{Observed: true, Live: "abc", LivePending: "c-1: CONFIG SET maxmemory: boom", Members: members("abc", "old")},
+		{"applied", dataplane.View{Observed: true, Live: "abc", Members: members("abc", "abc")}, "True", ReasonLiveSettingsApplied, "revision abc"},
+		{"pending", dataplane.View{Observed: true, Live: "abc", LivePending: "c-1: CONFIG SET maxmemory: boom", Members: members("abc", "old")},
 			"False", ReasonLiveSettingsPending, "c-1 not yet at the live settings of revision abc (c-1: CONFIG SET maxmemory: boom)"},
-		{"invalid", memberView{Observed: true, Live: "abc", LiveError: `line 1: "maxmemory" has no value`, Members: members("", "")},
+		{"invalid", dataplane.View{Observed: true, Live: "abc", LiveError: `line 1: "maxmemory" has no value`, Members: members("", "")},
 			"False", ReasonLiveSettingsInvalid, "do not parse"},
-		{"no ConfigMap yet", memberView{Observed: true, Members: members("", "")}, "", "", ""},
+		{"no ConfigMap yet", dataplane.View{Observed: true, Members: members("", "")}, "", "", ""},
 	} {
 		var s cacheStatus
 		applyMemberView(&s, tc.view, true, 1)

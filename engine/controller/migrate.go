@@ -38,8 +38,8 @@ func (c *Controller) MigrateStorage(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Migrating ManagedCaches to the storage version", "storedVersions", stored, "to", api.GroupVersion.Version)
 	migrated := 0
-	for _, key := range c.caches.GetStore().ListKeys() {
-		mc, exists, err := c.cache(key)
+	for _, key := range c.informers.Caches.GetStore().ListKeys() {
+		mc, exists, err := c.informers.Cache(key)
 		if err != nil {
 			return err
 		}
@@ -65,6 +65,6 @@ func (c *Controller) MigrateStorage(ctx context.Context) error {
 		metav1.PatchOptions{FieldManager: api.FieldManager}, "status"); err != nil {
 		return fmt.Errorf("CustomResourceDefinition/%s: recording stored versions: %w", api.CRDName, err)
 	}
-	logger.Info("Migrated ManagedCaches to the storage version", "rewritten", migrated, "of", len(c.caches.GetStore().List()))
+	logger.Info("Migrated ManagedCaches to the storage version", "rewritten", migrated, "of", len(c.informers.Caches.GetStore().List()))
 	return nil
 }

@@ -5,18 +5,24 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"example.com/cache-operator/engine/credentials"
+	"example.com/cache-operator/engine/dataplane"
+	"example.com/cache-operator/engine/informers"
+	"example.com/cache-operator/engine/roles"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -24,11 +30,6 @@ import (
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/ssa"
-)
-
-var (
-	secretGVK      = schema.GroupVersionKind{Version: "v1", Kind: "Secret"}
-	statefulSetGVK = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}
 )
 
 // errStaleCache means the informer cache is behind the API server; the key is retried.
@@ -43,7 +44,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		klog.ErrorS(err, "Dropping malformed key", "key", key)
 		return nil
 	}
-	mc, exists, err := c.cache(key)
+	mc, exists, err := c.informers.Cache(key)
 	if err != nil {
 		return err
 	}
@@ -69,7 +70,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		return c.writeStatus(ctx, mc, invalidStatus(mc, ReasonInvalidSpec, err.Error()))
 	}
 
-	view, viewOK := c.store.view(key)
+	view, viewOK := c.members.View(key)
 	inputs, epoch := cacheInputs(mc, view.Observed, view.Primary), c.differ.DefaultsEpoch()
 	if pass, ok := c.verified.get(key); ok && c.stillVerified(pass, inputs, epoch) {
 		// Nothing the last verdict read has changed: every child is still as wanted.
@@ -81,14 +82,14 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	desired, err := c.renderer.Children(mc, spec, c.opts.Render, authd.auth)
+	desired, err := c.renderer.Children(mc, spec, c.opts.Render, authd.Auth)
 	if err != nil {
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRenderFailed, "Rendering templates failed: %v", err)
 		return c.writeStatus(ctx, mc, invalidStatus(mc, ReasonRenderFailed, err.Error()))
 	}
 	sortForApply(desired)
 	for _, want := range desired {
-		if want.GroupVersionKind() == statefulSetGVK && view.Observed {
+		if want.GroupVersionKind() == informers.StatefulSet && view.Observed {
 			// Only an observed cache hands over; an unobserved one just scales.
 			holdScaleDown(want, spec.Replicas, mc.GetName(), view.Primary)
 		}
@@ -101,10 +102,10 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	var done changes
 	for _, want := range desired {
 		var prepErr error
-		if want.GroupVersionKind() == statefulSetGVK {
+		if want.GroupVersionKind() == informers.StatefulSet {
 			if storage, prepErr = c.prepareStorage(ctx, mc, want); prepErr == nil && storage.replaced {
 				// Being replaced to grow its volumes: its pods run on, and status reads the old one.
-				sts, _ = c.child(statefulSetGVK, want.GetNamespace(), want.GetName())
+				sts, _ = c.child(informers.StatefulSet, want.GetNamespace(), want.GetName())
 				continue
 			}
 			if prepErr == nil {
@@ -113,7 +114,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		}
 		live, outcome, err := c.syncUnlessFailed(ctx, mc, want, prepErr, &done)
 		metrics.ChildCompared(want.GetKind(), string(outcome))
-		if want.GroupVersionKind() == statefulSetGVK && live != nil {
+		if want.GroupVersionKind() == informers.StatefulSet && live != nil {
 			sts = live
 		}
 		if err == nil {
@@ -138,18 +139,18 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	}
 	done.record(c.recorder, mc)
 	if failReason == "" && retry == nil && len(done.created)+len(done.updated) == 0 && storage.condition == nil &&
-		!storage.replaced && len(done.verified) == len(desired) && authd.overlapEnds.IsZero() && authd.rejected == "" {
+		!storage.replaced && len(done.verified) == len(desired) && authd.OverlapEnds.IsZero() && authd.Rejected == "" {
 		// (An overlap ends with time, not with a change the pass would see; a refused password
 		// is reported by each pass until it is fixed.)
 		pass := verifiedPass{inputs: inputs, epoch: epoch, children: done.verified, sts: -1}
 		for i, ch := range pass.children {
-			if c.children[ch.kind].gvk == statefulSetGVK {
+			if c.informers.Children[ch.kind].GVK == informers.StatefulSet {
 				pass.sts = i
 			}
 		}
 		c.verified.set(key, pass)
 	}
-	c.members.Add(key) // the member pass follows what this reconcile wrote
+	c.members.Enqueue(key) // the member pass follows what this reconcile wrote
 	st := newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, storage.condition, view, viewOK, failReason, failMessage)
 	applyPasswordCondition(&st, view, viewOK, authd, mc.GetGeneration())
 	if err := c.writeStatus(ctx, mc, st); err != nil {
@@ -165,27 +166,27 @@ const outcomeVerified = "verified"
 
 // statusOfVerified finishes a reconcile whose children are as its last verified pass found them:
 // only the status is computed anew (from the StatefulSet's, which changes as pods come and go).
-func (c *Controller) statusOfVerified(ctx context.Context, mc *unstructured.Unstructured, spec api.Spec, pass verifiedPass, view memberView, viewOK bool) error {
+func (c *Controller) statusOfVerified(ctx context.Context, mc *unstructured.Unstructured, spec api.Spec, pass verifiedPass, view dataplane.View, viewOK bool) error {
 	var sts *unstructured.Unstructured
 	if pass.sts >= 0 {
 		ch := pass.children[pass.sts]
-		obj, exists, err := c.children[ch.kind].informer.GetIndexer().GetByKey(ch.key)
+		obj, exists, err := c.informers.Children[ch.kind].Informer.GetIndexer().GetByKey(ch.key)
 		if err != nil {
 			return err
 		}
 		if exists {
-			if sts, err = c.packer.unpackObject(obj); err != nil {
+			if sts, err = c.informers.Packer.Unpack(obj); err != nil {
 				return err
 			}
 		}
 	}
 	for _, ch := range pass.children {
-		metrics.ChildCompared(c.children[ch.kind].gvk.Kind, outcomeVerified)
+		metrics.ChildCompared(c.informers.Children[ch.kind].GVK.Kind, outcomeVerified)
 	}
 	c.verifiedReconciles.Add(1)
-	c.members.Add(mc.GetNamespace() + "/" + mc.GetName())
+	c.members.Enqueue(mc.GetNamespace() + "/" + mc.GetName())
 	st := newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, nil, view, viewOK, "", "")
-	applyPasswordCondition(&st, view, viewOK, authDecision{}, mc.GetGeneration())
+	applyPasswordCondition(&st, view, viewOK, credentials.Decision{}, mc.GetGeneration())
 	if err := c.writeStatus(ctx, mc, st); err != nil {
 		return err
 	}
@@ -237,8 +238,8 @@ func (c *Controller) sync(ctx context.Context, mc, want *unstructured.Unstructur
 		return live, ssa.Failed, err
 	}
 	if len(drift) == 0 {
-		if kind := c.kindIndex(want.GetKind(), want.GetAPIVersion()); kind >= 0 {
-			done.verified = append(done.verified, childVersion{kind: kind, key: live.GetNamespace() + "/" + live.GetName(), version: objectVersion(live)})
+		if kind := c.informers.KindIndex(want.GetKind(), want.GetAPIVersion()); kind >= 0 {
+			done.verified = append(done.verified, childVersion{kind: kind, key: live.GetNamespace() + "/" + live.GetName(), version: informers.Version(live)})
 		}
 		return live, ssa.Unchanged, nil
 	}
@@ -277,10 +278,10 @@ func (c *Controller) createChild(ctx context.Context, mc, want *unstructured.Uns
 	if live.GetLabels()[api.LabelManagedBy] != api.ManagedByValue {
 		// Ours, but someone removed the label the informers select on, so the cache will never
 		// show it: restore it (a Secret keeps the password it holds).
-		if want.GroupVersionKind() == secretGVK {
+		if want.GroupVersionKind() == informers.Secret {
 			// The credentials rendered without the Secret in view were generated anew: keep
 			// what the Secret holds instead (the next pass decides on it as usual).
-			if err := keepCredentials(want, live); err != nil {
+			if err := credentials.Keep(want, live); err != nil {
 				return nil, ssa.Failed, ssa.Errorf(want, "%w", err)
 			}
 		}
@@ -294,52 +295,28 @@ func (c *Controller) createChild(ctx context.Context, mc, want *unstructured.Uns
 	return nil, ssa.Failed, ssa.Errorf(want, "%w", errStaleCache)
 }
 
-// keepCredentials puts into want, a cache's Secret, the data and the operator's annotations that
-// live holds.
-func keepCredentials(want, live *unstructured.Unstructured) error {
-	data, found, _ := unstructured.NestedMap(live.Object, "data")
-	if !found || len(data) == 0 {
-		return nil
-	}
-	if err := unstructured.SetNestedMap(want.Object, data, "data"); err != nil {
-		return err
-	}
-	ann := want.GetAnnotations()
-	for _, k := range []string{api.PasswordRevisionAnnotation, api.PreviousPasswordUntilAnnotation, api.PasswordRotatedForAnnotation} {
-		delete(ann, k)
-		if v, ok := live.GetAnnotations()[k]; ok {
-			if ann == nil {
-				ann = map[string]string{}
-			}
-			ann[k] = v
-		}
-	}
-	want.SetAnnotations(ann)
-	return nil
-}
-
 // auth decides the cache's credentials from its live Secret (decideAuth). A refused password is
 // reported once per value, with an Event; the end of an overlap brings the cache back.
-func (c *Controller) auth(mc *unstructured.Unstructured) (authDecision, error) {
+func (c *Controller) auth(mc *unstructured.Unstructured) (credentials.Decision, error) {
 	key := mc.GetNamespace() + "/" + mc.GetName()
-	secret, err := c.child(secretGVK, mc.GetNamespace(), api.SecretName(mc.GetName()))
+	secret, err := c.child(informers.Secret, mc.GetNamespace(), api.SecretName(mc.GetName()))
 	if err != nil {
-		return authDecision{}, err
+		return credentials.Decision{}, err
 	}
-	d, err := decideAuth(secret, mc.GetAnnotations()[api.RotatePasswordAnnotation], time.Now(), c.opts.PasswordOverlap)
+	d, err := credentials.Decide(secret, mc.GetAnnotations()[api.RotatePasswordAnnotation], time.Now(), c.opts.PasswordOverlap)
 	if err != nil {
 		return d, err
 	}
-	if d.rejected == "" {
+	if d.Rejected == "" {
 		c.rejectedPasswords.Delete(key)
-	} else if prev, _ := c.rejectedPasswords.Swap(key, d.rejectedHash); prev != d.rejectedHash {
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonPasswordRejected, "%s; the members keep the password of revision %d", d.rejected, d.auth.Revision)
+	} else if prev, _ := c.rejectedPasswords.Swap(key, d.RejectedHash); prev != d.RejectedHash {
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonPasswordRejected, "%s; the members keep the password of revision %d", d.Rejected, d.Auth.Revision)
 	}
-	if d.rotated {
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, ReasonPasswordRotated, "Password revision %d accepted; the previous password is accepted until %s", d.auth.Revision, d.auth.PreviousUntil)
+	if d.Rotated {
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, ReasonPasswordRotated, "Password revision %d accepted; the previous password is accepted until %s", d.Auth.Revision, d.Auth.PreviousUntil)
 	}
-	if !d.overlapEnds.IsZero() {
-		c.queue.AddAfter(key, time.Until(d.overlapEnds)+time.Second)
+	if !d.OverlapEnds.IsZero() {
+		c.queue.AddAfter(key, time.Until(d.OverlapEnds)+time.Second)
 	}
 	return d, nil
 }
@@ -409,7 +386,7 @@ func statusChanges(old, cur cacheStatus) []string {
 	for _, c := range append(append([]metav1.Condition(nil), old.Conditions...), cur.Conditions...) {
 		types[c.Type] = c.Type
 	}
-	for _, t := range sortedKeys(types) {
+	for _, t := range slices.Sorted(maps.Keys(types)) {
 		o, c := meta.FindStatusCondition(old.Conditions, t), meta.FindStatusCondition(cur.Conditions, t)
 		switch {
 		case o == nil || c == nil:
@@ -580,7 +557,7 @@ func splitKey(key string) (string, string, error) {
 // with any other type, so an apply of type OnDelete alone is refused (StatefulSets made before
 // members had roles roll with RollingUpdate; the operator now rolls them itself, OnDelete).
 func (c *Controller) prepareUpdateStrategy(ctx context.Context, want *unstructured.Unstructured) error {
-	live, err := c.child(statefulSetGVK, want.GetNamespace(), want.GetName())
+	live, err := c.child(informers.StatefulSet, want.GetNamespace(), want.GetName())
 	if err != nil || live == nil {
 		return err
 	}
@@ -608,7 +585,7 @@ func (c *Controller) prepareUpdateStrategy(ctx context.Context, want *unstructur
 // holdScaleDown keeps a StatefulSet at the primary's ordinal + 1 while a scale-down would remove the
 // primary: the member pass hands the role to a member that stays, and then the scale-down lands.
 func holdScaleDown(sts *unstructured.Unstructured, replicas int64, cacheName, primary string) {
-	if ord, ok := ordinalOf(cacheName, primary); ok && int64(ord) >= replicas {
+	if ord, ok := roles.OrdinalOf(cacheName, primary); ok && int64(ord) >= replicas {
 		_ = unstructured.SetNestedField(sts.Object, int64(ord)+1, "spec", "replicas")
 	}
 }

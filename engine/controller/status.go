@@ -6,6 +6,10 @@ import (
 	"reflect"
 	"strconv"
 
+	"example.com/cache-operator/engine/roles"
+
+	"example.com/cache-operator/engine/dataplane"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -15,28 +19,16 @@ import (
 	"example.com/cache-operator/engine/api"
 )
 
-// ConditionReady is the condition that says whether a cache is serving.
-const ConditionReady = "Ready"
-
-// Reasons of the Ready condition. A failing child sets <Kind>Failed (SecretFailed, ServiceFailed,
-// StatefulSetFailed, PodDisruptionBudgetFailed).
-const (
-	ReasonAllReplicasReady   = "AllReplicasReady"
-	ReasonWaitingForReplicas = "WaitingForReplicas"
-	ReasonInvalidSpec        = "InvalidSpec"
-	ReasonRenderFailed       = "RenderFailed"
-)
-
 // cacheStatus is the status of a ManagedCache, as the CRD declares it.
 type cacheStatus struct {
-	Conditions         []metav1.Condition `json:"conditions,omitempty"`
-	ReadyReplicas      int64              `json:"readyReplicas"`
-	Endpoint           string             `json:"endpoint,omitempty"`
-	ReadEndpoint       string             `json:"readEndpoint,omitempty"`
-	Primary            string             `json:"primary,omitempty"`
-	Members            []memberStatus     `json:"members,omitempty"`
-	Selector           string             `json:"selector,omitempty"`
-	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+	Conditions         []metav1.Condition       `json:"conditions,omitempty"`
+	ReadyReplicas      int64                    `json:"readyReplicas"`
+	Endpoint           string                   `json:"endpoint,omitempty"`
+	ReadEndpoint       string                   `json:"readEndpoint,omitempty"`
+	Primary            string                   `json:"primary,omitempty"`
+	Members            []dataplane.MemberStatus `json:"members,omitempty"`
+	Selector           string                   `json:"selector,omitempty"`
+	ObservedGeneration int64                    `json:"observedGeneration,omitempty"`
 }
 
 // statusOf reads the status of mc; a malformed status reads as empty (it is rewritten whole).
@@ -65,7 +57,7 @@ func (s *cacheStatus) setReady(generation int64, ready bool, reason, message str
 // reason and message of the first child that could not be applied.
 // storage, when set, is the StorageResizing condition; nil removes it.
 // view is what the last member pass found (ok: there was one).
-func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, sts *unstructured.Unstructured, storage *metav1.Condition, view memberView, viewOK bool, failReason, failMessage string) cacheStatus {
+func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, sts *unstructured.Unstructured, storage *metav1.Condition, view dataplane.View, viewOK bool, failReason, failMessage string) cacheStatus {
 	s := statusOf(mc)
 	gen := mc.GetGeneration()
 	s.ObservedGeneration = gen
@@ -100,7 +92,7 @@ func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain strin
 		s.setReady(gen, false, ReasonWaitingForReplicas,
 			fmt.Sprintf("%s; %d members running, waiting for the surplus to stop", msg, running))
 	case viewOK && s.Primary == "" && upToDate && s.ReadyReplicas >= spec.Replicas:
-		s.setReady(gen, false, ReasonNoPrimary, msg+"; no primary yet")
+		s.setReady(gen, false, roles.ReasonNoPrimary, msg+"; no primary yet")
 	case s.Primary == "" && upToDate && s.ReadyReplicas >= spec.Replicas:
 		// The member pass that names the primary has not run yet (it follows the same pod
 		// events): Ready waits for it, so that it is written once, with the primary.

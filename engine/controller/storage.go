@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"example.com/cache-operator/engine/informers"
+
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/ssa"
 	corev1 "k8s.io/api/core/v1"
@@ -112,7 +114,7 @@ func keepLiveTemplates(want, live *unstructured.Unstructured) error {
 // comment above says. It makes API requests only when the templates differ or a resize is under
 // way.
 func (c *Controller) prepareStorage(ctx context.Context, mc, want *unstructured.Unstructured) (storageOutcome, error) {
-	live, err := c.child(statefulSetGVK, want.GetNamespace(), want.GetName())
+	live, err := c.child(informers.StatefulSet, want.GetNamespace(), want.GetName())
 	if err != nil || live == nil {
 		return storageOutcome{}, err
 	}

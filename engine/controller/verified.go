@@ -2,10 +2,10 @@ package controller
 
 import (
 	"hash/fnv"
-	"io"
-	"sort"
 	"strconv"
 	"sync"
+
+	"example.com/cache-operator/engine/informers"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -26,7 +26,7 @@ import (
 //   - the drift check's knowledge of the API server's defaults (its epoch).
 
 // childVersion is one child a verified reconcile compared: its kind (index into
-// Controller.children), namespace/name and version.
+// informers.Set.Children), namespace/name and version.
 type childVersion struct {
 	kind    int
 	key     string
@@ -78,78 +78,24 @@ func (c *Controller) stillVerified(pass verifiedPass, inputs, epoch uint64) bool
 		return false
 	}
 	for _, ch := range pass.children {
-		obj, exists, err := c.children[ch.kind].informer.GetIndexer().GetByKey(ch.key)
+		obj, exists, err := c.informers.Children[ch.kind].Informer.GetIndexer().GetByKey(ch.key)
 		if err != nil || !exists {
 			return false
 		}
-		p, ok := obj.(*packedObject)
-		if !ok || p.version != ch.version {
+		p, ok := obj.(*informers.Object)
+		if !ok || p.Version != ch.version {
 			return false
 		}
 	}
 	return true
 }
 
-// kindIndex returns the index of a child kind in c.children (-1 if it is not watched).
-func (c *Controller) kindIndex(kind string, apiVersion string) int {
-	for i, k := range c.children {
-		if k.gvk.Kind == kind && k.gvk.GroupVersion().String() == apiVersion {
-			return i
-		}
-	}
-	return -1
-}
-
 // cacheInputs digests what rendering and the drift check read of a cache besides its children.
 func cacheInputs(mc metav1.Object, observed bool, primary string) uint64 {
 	h := fnv.New64a()
-	writeFields(h, string(mc.GetUID()), strconv.FormatInt(mc.GetGeneration(), 10), strconv.FormatBool(observed), primary)
-	writeMap(h, mc.GetLabels())
-	writeMap(h, mc.GetAnnotations())
-	writeFields(h, mc.GetFinalizers()...)
+	informers.WriteFields(h, string(mc.GetUID()), strconv.FormatInt(mc.GetGeneration(), 10), strconv.FormatBool(observed), primary)
+	informers.WriteMap(h, mc.GetLabels())
+	informers.WriteMap(h, mc.GetAnnotations())
+	informers.WriteFields(h, mc.GetFinalizers()...)
 	return h.Sum64()
-}
-
-// objectVersion digests a child's version as the drift check sees it (see above). It gives the
-// same digest for an object as the informer holds it (packedObject) and decoded.
-func objectVersion(o metav1.Object) uint64 {
-	h := fnv.New64a()
-	if g := o.GetGeneration(); g != 0 {
-		writeFields(h, string(o.GetUID()), "g", strconv.FormatInt(g, 10))
-	} else {
-		writeFields(h, string(o.GetUID()), "rv", o.GetResourceVersion())
-	}
-	writeMap(h, o.GetLabels())
-	writeMap(h, o.GetAnnotations())
-	for _, r := range o.GetOwnerReferences() {
-		writeFields(h, r.APIVersion, r.Kind, r.Name, string(r.UID),
-			strconv.FormatBool(r.Controller != nil && *r.Controller), strconv.FormatBool(r.BlockOwnerDeletion != nil && *r.BlockOwnerDeletion))
-	}
-	writeFields(h, o.GetFinalizers()...)
-	if t := o.GetDeletionTimestamp(); t != nil {
-		writeFields(h, "deleting")
-	}
-	return h.Sum64()
-}
-
-// writeFields writes each field and a separator no field contains.
-func writeFields(w io.Writer, fields ...string) {
-	for _, f := range fields {
-		_, _ = io.WriteString(w, f)
-		_, _ = w.Write([]byte{0})
-	}
-	_, _ = w.Write([]byte{1})
-}
-
-// writeMap writes a map's entries in key order.
-func writeMap(w io.Writer, m map[string]string) {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		writeFields(w, k, m[k])
-	}
-	_, _ = w.Write([]byte{2})
 }

@@ -1,4 +1,8 @@
-package controller
+// Package roles decides who a cache's primary is and what a member pass does next: elections,
+// failovers, switchovers and the order of a roll, as one pure function (Decide) of the members'
+// pods and what their servers report. It talks to nothing; package dataplane reads the members and
+// carries the decision out.
+package roles
 
 import (
 	"fmt"
@@ -14,9 +18,9 @@ import (
 	"example.com/cache-operator/engine/member"
 )
 
-// memberState is one member of a cache as a member pass sees it: its pod from the informer cache
+// Member is one member of a cache as a member pass sees it: its pod from the informer cache
 // and, when its server answered, its replication state.
-type memberState struct {
+type Member struct {
 	Name     string
 	UID      types.UID
 	Ordinal  int
@@ -38,30 +42,30 @@ type memberState struct {
 	AuthError        string
 }
 
-func (m memberState) isPrimary() bool { return m.Observed && m.Repl.Role == member.Primary }
+func (m Member) IsPrimary() bool { return m.Observed && m.Repl.Role == member.Primary }
 
-// healthyPrimary returns the current primary: a member labelled primary whose server says master
+// HealthyPrimary returns the current primary: a member labelled primary whose server says master
 // and whose pod is not being deleted (the first by ordinal if somehow several are; the others are
 // fenced). Nil when there is none.
-func healthyPrimary(members []memberState) *memberState {
+func HealthyPrimary(members []Member) *Member {
 	for i := range members {
-		if m := members[i]; m.Label == api.RolePrimary && m.isPrimary() && !m.Deleting {
+		if m := members[i]; m.Label == api.RolePrimary && m.IsPrimary() && !m.Deleting {
 			return &members[i]
 		}
 	}
 	return nil
 }
 
-// ordinalOf returns the ordinal of a StatefulSet member named <cacheName>-<ordinal>.
-func ordinalOf(cacheName, pod string) (int, bool) {
+// OrdinalOf returns the ordinal of a StatefulSet member named <cacheName>-<ordinal>.
+func OrdinalOf(cacheName, pod string) (int, bool) {
 	ord, err := strconv.Atoi(strings.TrimPrefix(pod, cacheName+"-"))
 	return ord, err == nil && pod == cacheName+"-"+strconv.Itoa(ord)
 }
 
-// roleView is what decideRoles works from.
-type roleView struct {
+// View is what Decide works from.
+type View struct {
 	Now     time.Time
-	Members []memberState // by ordinal
+	Members []Member // by ordinal
 	// Delay is spec.failover.delaySeconds.
 	Delay time.Duration
 	// UnhealthySince is when the primary was first seen gone (or no primary at all); zero while
@@ -75,9 +79,9 @@ type roleView struct {
 	Replicas int
 }
 
-// roleAction is what a member pass does next. At most one of Promote (a failover or a first
+// Action is what a member pass does next. At most one of Promote (a failover or a first
 // primary), SwitchTo (a handover from a live primary) and Delete (a rolling restart) is set.
-type roleAction struct {
+type Action struct {
 	// Primary is the member that is, or is about to become, the primary ("" while there is none).
 	Primary string
 	// From is the primary being replaced by Promote or SwitchTo, if any.
@@ -111,7 +115,7 @@ const (
 	ReasonHealthy            = "AllMembersHealthy"
 )
 
-// decideRoles decides, from the members' pods and what their servers report, who the primary is
+// Decide decides, from the members' pods and what their servers report, who the primary is
 // and what to do next. It is pure: the member pass carries the action out.
 //
 // The rules:
@@ -128,17 +132,17 @@ const (
 //   - Every other member follows the primary's address; labels follow roles.
 //   - Rolls run one member at a time while the cache is whole: replicas first, highest ordinal
 //     first, then a handover from the old primary to an updated replica.
-func decideRoles(v roleView, lastPrimaryOffset int64) roleAction {
-	var act roleAction
-	byName := map[string]memberState{}
-	var labelled []memberState
+func Decide(v View, lastPrimaryOffset int64) Action {
+	var act Action
+	byName := map[string]Member{}
+	var labelled []Member
 	for _, m := range v.Members {
 		byName[m.Name] = m
 		if m.Label == api.RolePrimary {
 			labelled = append(labelled, m)
 		}
 	}
-	primary := healthyPrimary(v.Members)
+	primary := HealthyPrimary(v.Members)
 	// The operator's own reading of the server is the test of health: the pod's readiness probe
 	// says the same later (a primary is ready when it answers), and a node that stops reporting
 	// leaves its pods Ready for a while.
@@ -187,7 +191,7 @@ func decideRoles(v roleView, lastPrimaryOffset int64) roleAction {
 			return act
 		}
 		act.Primary, act.From = best.Name, from
-		act.Promote = !best.isPrimary()
+		act.Promote = !best.IsPrimary()
 		if from != "" {
 			act.Promote = true // a failover always promotes, even a member that says master
 			if lastPrimaryOffset > best.Repl.Offset {
@@ -265,7 +269,7 @@ func decideRoles(v roleView, lastPrimaryOffset int64) roleAction {
 	}
 	if primary.Ordinal >= v.Replicas {
 		// A scale-down removes the primary's ordinal: hand over to a member that stays first.
-		var staying []memberState
+		var staying []Member
 		for _, m := range v.Members {
 			if m.Ordinal < v.Replicas {
 				staying = append(staying, m)
@@ -276,7 +280,7 @@ func decideRoles(v roleView, lastPrimaryOffset int64) roleAction {
 			return act
 		}
 	}
-	var outdated []memberState
+	var outdated []Member
 	for _, m := range v.Members {
 		if v.UpdateRevision != "" && m.Revision != v.UpdateRevision {
 			outdated = append(outdated, m)
@@ -293,7 +297,7 @@ func decideRoles(v roleView, lastPrimaryOffset int64) roleAction {
 		}
 	}
 	// Only the primary is left: hand over to the updated replica with the most data first.
-	var updated []memberState
+	var updated []Member
 	for _, m := range v.Members {
 		if m.Name != act.Primary && m.Revision == v.UpdateRevision && m.Ordinal < v.Replicas {
 			updated = append(updated, m)
@@ -309,9 +313,9 @@ func decideRoles(v roleView, lastPrimaryOffset int64) roleAction {
 
 // bestCandidate ranks the members that answer (all but exclude, unless it is the only one) and
 // returns the one with the most data.
-func bestCandidate(members []memberState, exclude string) (memberState, bool) {
-	var cands []memberState
-	var excluded *memberState
+func bestCandidate(members []Member, exclude string) (Member, bool) {
+	var cands []Member
+	var excluded *Member
 	for i, m := range members {
 		if !m.Observed || m.Deleting {
 			continue
@@ -326,7 +330,7 @@ func bestCandidate(members []memberState, exclude string) (memberState, bool) {
 		cands = append(cands, *excluded)
 	}
 	if len(cands) == 0 {
-		return memberState{}, false
+		return Member{}, false
 	}
 	sort.SliceStable(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]

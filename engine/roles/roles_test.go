@@ -1,4 +1,4 @@
-package controller
+package roles
 
 import (
 	"reflect"
@@ -6,15 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/member"
 )
 
 // m builds a member: ordinal i, its label, and what its server says (nil: it does not answer).
-func m(i int, label string, repl *member.Replication) memberState {
-	s := memberState{Name: "c-" + string(rune('0'+i)), Ordinal: i, IP: "198.18.0." + string(rune('1'+i)), Label: label, PodReady: true, Revision: "r1"}
+func m(i int, label string, repl *member.Replication) Member {
+	s := Member{Name: "c-" + string(rune('0'+i)), Ordinal: i, IP: "198.18.0." + string(rune('1'+i)), Label: label, PodReady: true, Revision: "r1"}
 	if repl != nil {
 		s.Observed, s.Repl = true, *repl
 	}
@@ -36,7 +34,7 @@ func TestDecideRoles(t *testing.T) {
 	rw := "c-rw.ns.svc.cluster.local"
 	cases := []struct {
 		name      string
-		members   []memberState
+		members   []Member
 		since     time.Time
 		switchTo  string
 		revision  string
@@ -52,93 +50,93 @@ func TestDecideRoles(t *testing.T) {
 		lostBytes int64
 	}{
 		{name: "healthy: nothing to do",
-			members:  []memberState{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 90, 5, true))},
+			members:  []Member{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 90, 5, true))},
 			wantPrim: "c-0", labels: map[string]string{}},
 		{name: "new cache: every member a replica of the Service, nothing labelled: the lowest ordinal is elected",
-			members:  []memberState{m(0, "replica", replicaOf(rw, 0, 0, false)), m(1, "replica", replicaOf(rw, 0, 0, false)), m(2, "replica", replicaOf(rw, 0, 0, false))},
+			members:  []Member{m(0, "replica", replicaOf(rw, 0, 0, false)), m(1, "replica", replicaOf(rw, 0, 0, false)), m(2, "replica", replicaOf(rw, 0, 0, false))},
 			since:    now,
 			wantPrim: "c-0", promote: true, follow: []string{"c-1", "c-2"}, labels: map[string]string{"c-0": "primary"}, degraded: ReasonNoPrimary},
 		{name: "new cache: a member does not answer yet: wait",
-			members: []memberState{m(0, "replica", nil), m(1, "replica", replicaOf(rw, 0, 0, false))},
+			members: []Member{m(0, "replica", nil), m(1, "replica", replicaOf(rw, 0, 0, false))},
 			since:   now, labels: map[string]string{}, degraded: ReasonNoPrimary},
 		{name: "made before roles: member 0 already serves as primary with the data; it is kept and labelled, replicas repointed to its address",
-			members:  []memberState{m(0, "", primaryRepl(100, 5)), m(1, "", replicaOf("c-0.c.ns.svc.cluster.local", 100, 5, true))},
+			members:  []Member{m(0, "", primaryRepl(100, 5)), m(1, "", replicaOf("c-0.c.ns.svc.cluster.local", 100, 5, true))},
 			since:    now,
 			wantPrim: "c-0", follow: []string{"c-1"}, labels: map[string]string{"c-0": "primary", "c-1": "replica"}, degraded: ReasonNoPrimary},
 		{name: "primary restarted (answers as a replica): replaced at once by the replica with the highest offset",
-			members: []memberState{m(0, "primary", replicaOf(rw, 0, 5, false)), m(1, "replica", replicaOf(p0, 90, 5, false)), m(2, "replica", replicaOf(p0, 100, 5, false))},
+			members: []Member{m(0, "primary", replicaOf(rw, 0, 5, false)), m(1, "replica", replicaOf(p0, 90, 5, false)), m(2, "replica", replicaOf(p0, 100, 5, false))},
 			since:   now, lastOff: 120,
 			wantPrim: "c-2", promote: true, follow: []string{"c-0", "c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"},
 			degraded: ReasonFailingOver, lostBytes: 20},
 		{name: "primary restarted empty, replicas hold data: an empty member never wins",
-			members:  []memberState{m(0, "primary", replicaOf(rw, 0, 0, false)), m(1, "replica", replicaOf(p0, 50, 7, false))},
+			members:  []Member{m(0, "primary", replicaOf(rw, 0, 0, false)), m(1, "replica", replicaOf(p0, 50, 7, false))},
 			since:    now,
 			wantPrim: "c-1", promote: true, follow: []string{"c-0"}, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: ReasonFailingOver},
 		{name: "a replica that restarted empty and has the highest offset loses to one with data",
-			members:  []memberState{m(0, "primary", nil), m(1, "replica", replicaOf(rw, 500, 0, false)), m(2, "replica", replicaOf(p0, 40, 3, false))},
+			members:  []Member{m(0, "primary", nil), m(1, "replica", replicaOf(rw, 500, 0, false)), m(2, "replica", replicaOf(p0, 40, 3, false))},
 			since:    now.Add(-4 * time.Second),
 			wantPrim: "c-2", promote: true, follow: []string{"c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"}, degraded: ReasonFailingOver},
 		{name: "primary's container stopped (not yet restarted): replaced at once",
-			members: func() []memberState {
+			members: func() []Member {
 				a := m(0, "primary", nil)
 				a.Stopped = true
-				return []memberState{a, m(1, "replica", replicaOf(p0, 90, 5, false))}
+				return []Member{a, m(1, "replica", replicaOf(p0, 90, 5, false))}
 			}(),
 			since:    now,
 			wantPrim: "c-1", promote: true, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: ReasonFailingOver},
 		{name: "primary answering but its pod not ready: it stays (the operator's own reading decides)",
-			members: func() []memberState {
+			members: func() []Member {
 				a := m(0, "primary", primaryRepl(100, 5))
 				a.PodReady = false
-				return []memberState{a, m(1, "replica", replicaOf(p0, 100, 5, true))}
+				return []Member{a, m(1, "replica", replicaOf(p0, 100, 5, true))}
 			}(),
 			since:    now.Add(-time.Minute),
 			wantPrim: "c-0", labels: map[string]string{}},
 		{name: "primary unreachable within the delay: wait",
-			members: []memberState{m(0, "primary", nil), m(1, "replica", replicaOf(p0, 90, 5, false))},
+			members: []Member{m(0, "primary", nil), m(1, "replica", replicaOf(p0, 90, 5, false))},
 			since:   now.Add(-time.Second), labels: map[string]string{}, degraded: ReasonPrimaryUnreachable},
 		{name: "primary unreachable past the delay: fail over; its label goes even though it cannot be told",
-			members:  []memberState{m(0, "primary", nil), m(1, "replica", replicaOf(p0, 90, 5, false))},
+			members:  []Member{m(0, "primary", nil), m(1, "replica", replicaOf(p0, 90, 5, false))},
 			since:    now.Add(-3 * time.Second),
 			wantPrim: "c-1", promote: true, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: ReasonFailingOver},
 		{name: "a cache of one whose member restarted: it is promoted again",
-			members:  []memberState{m(0, "primary", replicaOf(rw, 0, 5, false))},
+			members:  []Member{m(0, "primary", replicaOf(rw, 0, 5, false))},
 			since:    now,
 			wantPrim: "c-0", promote: true, labels: map[string]string{}, degraded: ReasonFailingOver},
 		{name: "a stray master is demoted to follow the primary",
-			members:  []memberState{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", primaryRepl(3, 0))},
+			members:  []Member{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", primaryRepl(3, 0))},
 			wantPrim: "c-0", follow: []string{"c-1"}, labels: map[string]string{}, degraded: ReasonReplicaNotInSync},
 		{name: "switchover asked for a replica in sync",
-			members:  []memberState{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true))},
+			members:  []Member{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true))},
 			switchTo: "c-1", wantPrim: "c-0", switchTo2: "c-1", labels: map[string]string{}},
 		{name: "roll: the replica with the highest ordinal first",
-			members:  []memberState{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 100, 5, true))},
+			members:  []Member{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 100, 5, true))},
 			revision: "r2", wantPrim: "c-0", del: "c-2", labels: map[string]string{}, degraded: ReasonRolling},
 		{name: "roll waits while a replica's pod is missing (deleted to roll it, not made anew yet)",
-			members:  []memberState{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true))},
+			members:  []Member{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true))},
 			replicas: 3, revision: "r2", wantPrim: "c-0", labels: map[string]string{}, degraded: ReasonMemberUnreachable},
 		{name: "roll waits while a replica's pod is being deleted",
-			members: func() []memberState {
-				ms := []memberState{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 100, 5, true))}
+			members: func() []Member {
+				ms := []Member{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 100, 5, true))}
 				ms[2].Deleting = true
 				return ms
 			}(),
 			revision: "r2", wantPrim: "c-0", labels: map[string]string{}, degraded: ReasonMemberUnreachable},
 		{name: "roll waits while a replica is out of sync",
-			members:  []memberState{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 0, 0, false))},
+			members:  []Member{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 0, 0, false))},
 			revision: "r2", wantPrim: "c-0", labels: map[string]string{}, degraded: ReasonReplicaNotInSync},
 		{name: "roll: only the primary left: hand over to an updated replica",
-			members: func() []memberState {
+			members: func() []Member {
 				a, b := m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true))
 				b.Revision = "r2"
-				return []memberState{a, b}
+				return []Member{a, b}
 			}(),
 			revision: "r2", wantPrim: "c-0", switchTo2: "c-1", labels: map[string]string{}, degraded: ReasonRolling},
 		{name: "roll a cache of one: the pod is deleted",
-			members:  []memberState{m(0, "primary", primaryRepl(100, 5))},
+			members:  []Member{m(0, "primary", primaryRepl(100, 5))},
 			revision: "r2", wantPrim: "c-0", del: "c-0", labels: map[string]string{}, degraded: ReasonRolling},
 		{name: "scale-down removes the primary's ordinal: hand over first",
-			members:  []memberState{m(0, "replica", replicaOf("198.18.0.3", 100, 5, true)), m(1, "replica", replicaOf("198.18.0.3", 100, 5, true)), m(2, "primary", primaryRepl(100, 5))},
+			members:  []Member{m(0, "replica", replicaOf("198.18.0.3", 100, 5, true)), m(1, "replica", replicaOf("198.18.0.3", 100, 5, true)), m(2, "primary", primaryRepl(100, 5))},
 			replicas: 2, wantPrim: "c-2", switchTo2: "c-0", labels: map[string]string{}},
 	}
 	for _, tc := range cases {
@@ -151,7 +149,7 @@ func TestDecideRoles(t *testing.T) {
 			if rev == "" {
 				rev = "r1"
 			}
-			got := decideRoles(roleView{Now: now, Members: tc.members, Delay: delay, UnhealthySince: tc.since,
+			got := Decide(View{Now: now, Members: tc.members, Delay: delay, UnhealthySince: tc.since,
 				SwitchoverTo: tc.switchTo, UpdateRevision: rev, Replicas: replicas}, tc.lastOff)
 			if got.Primary != tc.wantPrim || got.Promote != tc.promote || got.SwitchTo != tc.switchTo2 || got.Delete != tc.del ||
 				!reflect.DeepEqual(got.Follow, tc.follow) || !reflect.DeepEqual(got.Labels, tc.labels) ||
@@ -162,29 +160,5 @@ func TestDecideRoles(t *testing.T) {
 					tc.wantPrim, tc.promote, tc.switchTo2, tc.del, tc.follow, tc.labels, tc.degraded, tc.lostBytes)
 			}
 		})
-	}
-}
-
-func TestRoundLag(t *testing.T) {
-	for lag, want := range map[int64]int64{-5: 0, 0: 0, 1<<20 - 1: 0, 1 << 20: 1 << 20, 3 << 20: 2 << 20, 5 << 30: 4 << 30} {
-		if got := roundLag(lag); got != want {
-			t.Errorf("roundLag(%d) = %d; want %d", lag, got, want)
-		}
-	}
-}
-
-func TestHoldScaleDown(t *testing.T) {
-	for _, tc := range []struct {
-		primary  string
-		replicas int64
-		want     int64
-	}{
-		{"c-2", 2, 3}, {"c-4", 2, 5}, {"c-1", 2, 2}, {"", 2, 2}, {"other-9", 2, 2},
-	} {
-		sts := &unstructured.Unstructured{Object: map[string]interface{}{"spec": map[string]interface{}{"replicas": tc.replicas}}}
-		holdScaleDown(sts, tc.replicas, "c", tc.primary)
-		if got, _, _ := unstructured.NestedInt64(sts.Object, "spec", "replicas"); got != tc.want {
-			t.Errorf("primary %q, %d wanted: StatefulSet replicas %d; want %d", tc.primary, tc.replicas, got, tc.want)
-		}
 	}
 }

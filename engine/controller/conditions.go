@@ -1,0 +1,142 @@
+package controller
+
+import (
+	"fmt"
+	"strings"
+
+	"example.com/cache-operator/engine/credentials"
+	"example.com/cache-operator/engine/dataplane"
+	"example.com/cache-operator/engine/roles"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The status conditions of a ManagedCache, each decided in one place: Ready (newStatus, from the
+// StatefulSet and the member view), StorageResizing (prepareStorage), Degraded and ConfigApplied
+// (from the member pass's view) and PasswordApplied (from the view and the credentials decision).
+
+// ConditionReady is the condition that says whether a cache is serving.
+const ConditionReady = "Ready"
+
+// Reasons of the Ready condition. A failing child sets <Kind>Failed (SecretFailed, ServiceFailed,
+// StatefulSetFailed, PodDisruptionBudgetFailed).
+const (
+	ReasonAllReplicasReady   = "AllReplicasReady"
+	ReasonWaitingForReplicas = "WaitingForReplicas"
+	ReasonInvalidSpec        = "InvalidSpec"
+	ReasonRenderFailed       = "RenderFailed"
+)
+
+// ConditionDegraded is True while a cache is not whole: no primary, a failover or a roll under
+// way, a member that does not answer or a replica out of sync. Its reasons are roles.Reason*.
+const ConditionDegraded = "Degraded"
+
+// applyMemberView sets what the member pass found in s: primary, members, the read endpoint and
+// the Degraded condition.
+func applyMemberView(s *cacheStatus, v dataplane.View, ok bool, generation int64) {
+	if !ok {
+		// No member pass has run yet (a new cache, or a new leader): what status says stands.
+		return
+	}
+	s.Primary, s.Members = v.Primary, v.Members
+	if !v.Observed {
+		meta.RemoveStatusCondition(&s.Conditions, ConditionDegraded)
+		return
+	}
+	cond := metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionFalse, Reason: roles.ReasonHealthy,
+		Message: "every member answers and every replica is in sync", ObservedGeneration: generation}
+	if v.Degraded != "" {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, v.Degraded, v.DegradedMessage
+	}
+	meta.SetStatusCondition(&s.Conditions, cond)
+	applyLiveCondition(s, v, generation)
+}
+
+// ConditionConfigApplied says whether every member runs with the cache's live settings.
+const ConditionConfigApplied = "ConfigApplied"
+
+// Reasons of the ConfigApplied condition.
+const (
+	ReasonLiveSettingsApplied = "LiveSettingsApplied"
+	ReasonLiveSettingsPending = "LiveSettingsPending"
+	ReasonLiveSettingsInvalid = "LiveSettingsInvalid"
+)
+
+// applyLiveCondition sets ConfigApplied from a member pass's view: True when every member has the
+// live settings' revision, False naming those that have not and why.
+func applyLiveCondition(s *cacheStatus, v dataplane.View, generation int64) {
+	if v.Live == "" {
+		meta.RemoveStatusCondition(&s.Conditions, ConditionConfigApplied)
+		return
+	}
+	cond := metav1.Condition{Type: ConditionConfigApplied, Status: metav1.ConditionTrue, Reason: ReasonLiveSettingsApplied,
+		Message: "every member has the live settings of revision " + v.Live, ObservedGeneration: generation}
+	var pending []string
+	for _, m := range v.Members {
+		if m.ConfigRevision != v.Live {
+			pending = append(pending, m.Name)
+		}
+	}
+	why := ""
+	if v.LivePending != "" {
+		why = " (" + v.LivePending + ")"
+	}
+	switch {
+	case v.LiveError != "":
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonLiveSettingsInvalid, "the live settings do not parse: "+v.LiveError
+	case len(pending) > 0:
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonLiveSettingsPending
+		cond.Message = fmt.Sprintf("%s not yet at the live settings of revision %s%s", strings.Join(pending, ", "), v.Live, why)
+	}
+	meta.SetStatusCondition(&s.Conditions, cond)
+}
+
+// ConditionPasswordApplied says whether every member accepts the Secret's password.
+const ConditionPasswordApplied = "PasswordApplied"
+
+// Reasons of the PasswordApplied condition, and of the rotation's Events.
+const (
+	ReasonPasswordApplied  = "PasswordApplied"
+	ReasonPasswordPending  = "PasswordPending"
+	ReasonPasswordRejected = "PasswordRejected"
+	ReasonPasswordRotated  = "PasswordRotated"
+)
+
+// applyPasswordCondition sets PasswordApplied: False when the Secret's password was refused (the
+// members keep the accepted one), else from the member pass: True when every member accepts the
+// password of the current revision (and, during an overlap, the previous one), False naming those
+// that do not yet.
+func applyPasswordCondition(s *cacheStatus, v dataplane.View, viewOK bool, d credentials.Decision, generation int64) {
+	cond := metav1.Condition{Type: ConditionPasswordApplied, ObservedGeneration: generation}
+	switch {
+	case d.Rejected != "":
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonPasswordRejected
+		cond.Message = fmt.Sprintf("%s; the members keep the password of revision %d", d.Rejected, d.Auth.Revision)
+	case !viewOK || !v.Observed || v.Password == 0:
+		if c := meta.FindStatusCondition(s.Conditions, ConditionPasswordApplied); c != nil && c.Reason == ReasonPasswordRejected {
+			meta.RemoveStatusCondition(&s.Conditions, ConditionPasswordApplied)
+		}
+		return
+	default:
+		var pending []string
+		for _, m := range v.Members {
+			if m.PasswordRevision != v.Password {
+				pending = append(pending, m.Name)
+			}
+		}
+		if len(pending) == 0 {
+			cond.Status, cond.Reason = metav1.ConditionTrue, ReasonPasswordApplied
+			cond.Message = fmt.Sprintf("every member accepts the password of revision %d", v.Password)
+			if d.Auth.PreviousUntil != "" {
+				cond.Message += " and, until " + d.Auth.PreviousUntil + ", the previous one"
+			}
+		} else {
+			cond.Status, cond.Reason = metav1.ConditionFalse, ReasonPasswordPending
+			cond.Message = fmt.Sprintf("%v not yet at the password of revision %d", pending, v.Password)
+			if v.PasswordPending != "" {
+				cond.Message += " (" + v.PasswordPending + ")"
+			}
+		}
+	}
+	meta.SetStatusCondition(&s.Conditions, cond)
+}

@@ -1,0 +1,156 @@
+// Package dataplane runs the member passes: about once a second per cache, it reads every
+// member's server (package member), decides the roles (package roles) and carries the decision
+// out: role labels, promotions, failovers, switchovers and rolls one member at a time. The same
+// pass keeps the members' live settings (CONFIG SET) and credentials (ACL SETUSER, package
+// credentials) current, without a restart. What a pass finds is kept as a View, which the
+// reconcile (package controller) turns into the cache's status.
+//
+// It is not for the cache's children (package controller) nor for speaking the Redis protocol
+// (package member).
+package dataplane
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/engine/informers"
+	"example.com/cache-operator/engine/member"
+)
+
+// Options tune the member passes.
+type Options struct {
+	// MemberNetworks are the networks the operator may dial members in (none: any). A cache with
+	// a member elsewhere is not observed: its member 0 is labelled primary and it never
+	// fails over (used for simulated nodes, whose pod addresses lead nowhere).
+	MemberNetworks []*net.IPNet
+	// Workers is the number of member passes run at once (they wait on the network).
+	Workers int
+	// Poll is how often each observed cache's members are read (default 1s).
+	Poll time.Duration
+}
+
+// Controller runs member passes: one rate-limited queue of cache keys (namespace/name), fed by
+// the members' pod events, by Enqueue and by the passes themselves (each schedules the next).
+type Controller struct {
+	opts      Options
+	client    dynamic.Interface
+	informers *informers.Set
+	recorder  record.EventRecorder
+	// changed is called with a cache's key when its View changed.
+	changed func(key string)
+
+	members workqueue.TypedRateLimitingInterface[string]
+	workers sync.WaitGroup
+	pool    *member.Pool
+	store   memberStore
+	// authFallback holds the addresses of members to reach as the clients' default user: the
+	// internal user was refused (a member an older operator started, until applyAuth makes it).
+	authFallback sync.Map
+}
+
+// New makes the member passes of the caches in set, and routes pod events to them. changed is
+// called with a cache's key whenever what its pass found (View) changed.
+func New(client dynamic.Interface, set *informers.Set, recorder record.EventRecorder, opts Options, changed func(key string)) (*Controller, error) {
+	if opts.Workers < 1 {
+		opts.Workers = 16
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = time.Second
+	}
+	c := &Controller{
+		opts: opts, client: client, informers: set, recorder: recorder, changed: changed,
+		members: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "members"}),
+		pool: member.NewPool(),
+		store: memberStore{views: map[string]View{}, memory: map[string]*roleMemory{},
+			labels: map[string]labelExpectation{}, deleted: map[string]types.UID{}},
+	}
+	if _, err := set.Pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueuePod,
+		UpdateFunc: func(old, cur interface{}) {
+			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
+				c.enqueuePod(cur)
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			c.enqueuePod(obj)
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if p, ok := obj.(*informers.Pod); ok && p.IP != "" {
+				c.pool.Forget(c.addr(p.IP))
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Enqueue schedules a member pass of the cache key (namespace/name).
+func (c *Controller) Enqueue(key string) { c.members.Add(key) }
+
+// View returns what the last member pass of the cache key found (false: none has run since this
+// process started).
+func (c *Controller) View(key string) (View, bool) { return c.store.view(key) }
+
+// Start runs member passes until ctx ends or ShutDown.
+func (c *Controller) Start(ctx context.Context) {
+	for i := 0; i < c.opts.Workers; i++ {
+		c.workers.Add(1)
+		go func() {
+			defer c.workers.Done()
+			for c.processNextMemberItem(ctx) {
+			}
+		}()
+	}
+}
+
+// ShutDown takes no more passes; Wait then waits for those in flight and closes the connections.
+func (c *Controller) ShutDown() { c.members.ShutDown() }
+
+// Wait waits for the passes in flight after ShutDown, then closes every connection to members.
+func (c *Controller) Wait() {
+	c.workers.Wait()
+	c.pool.Close()
+}
+
+// enqueuePod schedules a member pass of the pod's cache.
+func (c *Controller) enqueuePod(obj interface{}) {
+	if key, ok := informers.PodCache(obj); ok {
+		c.members.Add(key)
+	}
+}
+
+func (c *Controller) processNextMemberItem(ctx context.Context) bool {
+	key, shutdown := c.members.Get()
+	if shutdown {
+		return false
+	}
+	defer c.members.Done(key)
+	if ctx.Err() != nil {
+		return false
+	}
+	next, err := c.syncMembers(ctx, key)
+	if err != nil {
+		klog.ErrorS(err, "Member pass failed; retrying", "managedcache", key)
+		c.members.AddRateLimited(key)
+		return true
+	}
+	c.members.Forget(key)
+	if next > 0 {
+		c.members.AddAfter(key, next)
+	}
+	return true
+}

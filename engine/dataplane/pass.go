@@ -1,0 +1,213 @@
+package dataplane
+
+import (
+	"context"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/credentials"
+	"example.com/cache-operator/engine/informers"
+	"example.com/cache-operator/engine/member"
+	"example.com/cache-operator/engine/metrics"
+	"example.com/cache-operator/engine/roles"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
+)
+
+// syncMembers is one member pass of a cache: it reads the members' pods and servers, decides the
+// roles (decideRoles) and carries the decision out. It returns when to look again (0: on the
+// next pod or cache event only).
+func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration, error) {
+	mc, exists, err := c.informers.Cache(key)
+	if err != nil {
+		return 0, err
+	}
+	if !exists {
+		c.store.forget(key)
+		return 0, nil
+	}
+	if mc.GetDeletionTimestamp() != nil {
+		return 0, nil
+	}
+	spec, err := api.SpecFrom(mc)
+	if err != nil {
+		return 0, nil // the reconcile reports it
+	}
+	ns, name := mc.GetNamespace(), mc.GetName()
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "managedcache", klog.KRef(ns, name))
+	ctx = klog.NewContext(ctx, logger)
+	// idle is a return that schedules no poll: the next pod, Secret or cache event starts the
+	// next pass. Logged, so that a cache whose passes stopped shows why.
+	idle := func(why string) (time.Duration, error) {
+		logger.V(3).Info("Member pass waits for an event", "why", why)
+		return 0, nil
+	}
+	members := c.memberPods(ns, name)
+	if len(members) == 0 {
+		return idle("no member pods")
+	}
+	updateRevision := c.informers.UpdateRevision(ns, name)
+	addressed := false
+	for _, m := range members {
+		if m.IP != "" && !c.dialable(m.IP) {
+			return 0, c.syncUnobserved(ctx, mc, key, spec, members, updateRevision)
+		}
+		addressed = addressed || m.IP != ""
+	}
+	if !addressed {
+		// Nothing to read, and no telling yet whether the members can be dialled: the pod
+		// events that bring their addresses start the next pass.
+		return idle("no member has an IP")
+	}
+	secret, _ := c.informers.Child(informers.Secret, ns, api.SecretName(name))
+	cred, ok := credentials.Of(secret)
+	if !ok {
+		return idle("no credentials in the Secret yet") // the reconcile writes them, and the pods wait for them
+	}
+	c.observe(ctx, members, cred)
+
+	mem := c.store.mem(key)
+	c.applyAuth(ctx, members, mem, cred)
+	live, liveOK := c.liveSettingsOf(ns, name, mem)
+	if liveOK && live.err == nil {
+		c.applyLiveSettings(ctx, members, mem, live, cred)
+	}
+	now := time.Now()
+	if p := roles.HealthyPrimary(members); p != nil {
+		mem.unhealthySince, mem.lastPrimaryOffset = time.Time{}, p.Repl.Offset
+	} else if mem.unhealthySince.IsZero() {
+		mem.unhealthySince = now
+	}
+	v := roles.View{
+		Now: now, Members: members, Delay: spec.FailoverDelay, UnhealthySince: mem.unhealthySince,
+		SwitchoverTo: mc.GetAnnotations()[api.SwitchoverAnnotation], UpdateRevision: updateRevision,
+		Replicas: int(spec.Replicas),
+	}
+	act := roles.Decide(v, mem.lastPrimaryOffset)
+	acted, err := c.act(ctx, mc, members, act, mem, cred)
+	view := observedView(members, act)
+	view.Password = cred.Revision
+	if liveOK {
+		view.Live = live.revision
+		if live.err != nil {
+			view.LiveError = live.err.Error()
+		}
+	}
+	c.publish(key, view)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case acted:
+		return 200 * time.Millisecond, nil // verify what was done
+	case !act.WaitUntil.IsZero() && act.WaitUntil.Sub(now) < c.opts.Poll:
+		return max(act.WaitUntil.Sub(now), 50*time.Millisecond), nil
+	}
+	return c.opts.Poll, nil
+}
+
+// publish stores the view of a cache and, when it changed, has the cache's status rewritten.
+func (c *Controller) publish(key string, v View) {
+	if c.store.setView(key, v) {
+		c.changed(key)
+	}
+}
+
+// memberPods returns the members of a cache from the pod informer, by ordinal.
+func (c *Controller) memberPods(ns, name string) []roles.Member {
+	var out []roles.Member
+	for _, p := range c.informers.MemberPods(ns, name) {
+		ord, ok := roles.OrdinalOf(name, p.Name)
+		if !ok {
+			continue
+		}
+		m := roles.Member{
+			Name: p.Name, UID: p.UID, Ordinal: ord, IP: p.IP, Label: p.Labels[api.LabelRole],
+			Deleting: p.DeletionTimestamp != nil, Revision: p.Labels["controller-revision-hash"],
+			Stopped: !p.Running && p.IP != "", PodReady: p.Ready,
+		}
+		c.store.overlay(ns+"/"+m.Name, m.UID, &m)
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Ordinal < out[j].Ordinal })
+	return out
+}
+
+// dialable reports whether the operator may connect to ip (--member-networks; none: any).
+func (c *Controller) dialable(ip string) bool {
+	if len(c.opts.MemberNetworks) == 0 {
+		return true
+	}
+	addr := net.ParseIP(ip)
+	for _, n := range c.opts.MemberNetworks {
+		if addr != nil && n.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// observe reads every member's server at once, each call bounded by member.Timeout.
+func (c *Controller) observe(ctx context.Context, members []roles.Member, cred credentials.Credentials) {
+	var wg sync.WaitGroup
+	for i := range members {
+		if members[i].IP == "" {
+			continue
+		}
+		wg.Add(1)
+		go func(m *roles.Member) {
+			defer wg.Done()
+			r, err := member.ObserveWith(ctx, c.memberClient(m.IP, cred))
+			if member.IsAuthError(err) && c.fallBack(m.IP, cred) {
+				// A member the internal user cannot reach yet (started by an older operator):
+				// as the clients' default user, until applyAuth has made the internal user.
+				r, err = member.ObserveWith(ctx, c.memberClient(m.IP, cred))
+			}
+			metrics.MemberObserved(err)
+			if err != nil {
+				klog.FromContext(ctx).V(3).Info("Member does not answer", "member", m.Name, "err", err)
+				return
+			}
+			m.Observed, m.Repl = true, r
+		}(&members[i])
+	}
+	wg.Wait()
+}
+
+func (c *Controller) addr(ip string) string { return net.JoinHostPort(ip, strconv.Itoa(api.Port)) }
+
+// syncUnobserved keeps the roles of a cache whose members the operator may not dial (outside
+// --member-networks): member 0 is labelled primary when none is, nothing fails over,
+// and rolls go one ready member at a time, highest ordinal first.
+func (c *Controller) syncUnobserved(ctx context.Context, mc *unstructured.Unstructured, key string, spec api.Spec, members []roles.Member, updateRevision string) error {
+	primary := ""
+	// Whole: every wanted member has a pod (one deleted to roll it and not yet made anew does
+	// not count as ready) and every pod is ready.
+	allReady := len(members) >= int(spec.Replicas)
+	for _, m := range members {
+		if m.Label == api.RolePrimary && !m.Deleting {
+			primary = m.Name
+		}
+		allReady = allReady && m.PodReady && !m.Deleting
+	}
+	if first := members[0]; primary == "" && first.Ordinal == 0 && !first.Deleting {
+		if err := c.setRole(ctx, mc.GetNamespace(), first, api.RolePrimary); err != nil {
+			return err
+		}
+		primary = first.Name
+	}
+	c.publish(key, View{Primary: primary})
+	if !allReady || updateRevision == "" {
+		return nil
+	}
+	for i := len(members) - 1; i >= 0; i-- {
+		if members[i].Revision != updateRevision {
+			return c.deletePod(ctx, mc.GetNamespace(), members[i])
+		}
+	}
+	return nil
+}

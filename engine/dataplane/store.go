@@ -1,0 +1,113 @@
+package dataplane
+
+import (
+	"reflect"
+	"sync"
+	"time"
+
+	"example.com/cache-operator/engine/roles"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// roleMemory is what a member pass keeps of a cache between passes.
+type roleMemory struct {
+	unhealthySince    time.Time
+	lastPrimaryOffset int64
+	// live is the cache's live settings as last read from its ConfigMap (at liveRV), and
+	// liveChecked, per member (by pod UID), the revision last found or made current, and when.
+	liveRV      string
+	live        liveSettings
+	liveChecked memberChecks
+	// authChecked is, per member, the credentials last found or made current, and when.
+	authChecked memberChecks
+}
+
+// memberStore holds the member passes' views and memories, by cache key, and what the passes
+// wrote to pods that the informer may not show yet (by namespace/pod).
+type memberStore struct {
+	mu     sync.Mutex
+	views  map[string]View
+	memory map[string]*roleMemory
+	// labels are role labels set but perhaps not yet seen; deleted are pods (by UID) deleted but
+	// perhaps not yet seen deleting. A pass that read the informer's older copy would undo its
+	// own last step (promote the member it just demoted), so these override the informer until it
+	// catches up.
+	labels  map[string]labelExpectation
+	deleted map[string]types.UID
+}
+
+type labelExpectation struct {
+	uid   types.UID
+	label string
+	at    time.Time
+}
+
+// expectationTTL bounds how long a write not yet seen by the informer overrides it.
+const expectationTTL = 30 * time.Second
+
+func (s *memberStore) expectLabel(podKey string, uid types.UID, label string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.labels[podKey] = labelExpectation{uid: uid, label: label, at: time.Now()}
+}
+
+func (s *memberStore) expectDeleted(podKey string, uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deleted[podKey] = uid
+}
+
+// overlay applies the writes the informer has not caught up with to m, the pod podKey with uid.
+func (s *memberStore) overlay(podKey string, uid types.UID, m *roles.Member) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.labels[podKey]; ok {
+		switch {
+		case e.uid != uid || e.label == m.Label || time.Since(e.at) > expectationTTL:
+			delete(s.labels, podKey)
+		default:
+			m.Label = e.label
+		}
+	}
+	if d, ok := s.deleted[podKey]; ok {
+		if d == uid && !m.Deleting {
+			m.Deleting = true
+		} else {
+			delete(s.deleted, podKey)
+		}
+	}
+}
+
+func (s *memberStore) view(key string) (View, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.views[key]
+	return v, ok
+}
+
+// setView stores v and reports whether it differs from what was stored.
+func (s *memberStore) setView(key string, v View) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.views[key]
+	s.views[key] = v
+	return !ok || !reflect.DeepEqual(old, v)
+}
+
+func (s *memberStore) mem(key string) *roleMemory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.memory[key]
+	if m == nil {
+		m = &roleMemory{}
+		s.memory[key] = m
+	}
+	return m
+}
+
+func (s *memberStore) forget(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.views, key)
+	delete(s.memory, key)
+}

@@ -1,0 +1,80 @@
+package dataplane
+
+import (
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/roles"
+)
+
+// View is what the last member pass of a cache found, for its status.
+type View struct {
+	// Observed: the operator reads the members' servers. False for members it may not dial
+	// (outside --member-networks): their roles are the labels it set, never verified.
+	Observed bool
+	Primary  string
+	Members  []MemberStatus
+	// Degraded is the Degraded condition's reason and message ("" when whole or not observed).
+	Degraded, DegradedMessage string
+	// Live is the revision of the cache's live settings ("": no ConfigMap yet); LiveError why
+	// they cannot be applied at all (a ConfigMap that does not parse), LivePending why a member
+	// could not be given them (the first such error).
+	Live, LiveError, LivePending string
+	// Password is the revision of the clients' password the pass gave the members (0: none);
+	// PasswordPending why a member could not be given it (the first such error).
+	Password        int64
+	PasswordPending string
+}
+
+// MemberStatus is one entry of status.members.
+type MemberStatus struct {
+	Name           string `json:"name"`
+	Role           string `json:"role"`
+	LagBytes       int64  `json:"lagBytes,omitempty"`
+	ConfigRevision string `json:"configRevision,omitempty"`
+	// PasswordRevision is the revision of the clients' password the member accepts.
+	PasswordRevision int64 `json:"passwordRevision,omitempty"`
+}
+
+// observedView is the status view of a member pass.
+func observedView(members []roles.Member, act roles.Action) View {
+	v := View{Observed: true, Degraded: act.Degraded, DegradedMessage: act.DegradedMessage}
+	var primaryOffset int64 = -1
+	var primaryID string
+	for _, m := range members {
+		if m.Name == act.Primary && m.IsPrimary() && m.Label == api.RolePrimary {
+			v.Primary = m.Name
+			primaryOffset, primaryID = m.Repl.Offset, m.Repl.ReplID
+		}
+	}
+	for _, m := range members {
+		s := MemberStatus{Name: m.Name, Role: "unknown", ConfigRevision: m.ConfigRevision, PasswordRevision: m.PasswordRevision}
+		if m.ConfigError != "" && v.LivePending == "" {
+			v.LivePending = m.Name + ": " + m.ConfigError
+		}
+		if m.AuthError != "" && v.PasswordPending == "" {
+			v.PasswordPending = m.Name + ": " + m.AuthError
+		}
+		if m.Observed {
+			s.Role = api.RoleReplica
+			if m.Name == v.Primary {
+				s.Role = api.RolePrimary
+			} else if primaryOffset >= 0 && m.Repl.ReplID == primaryID {
+				s.LagBytes = roundLag(primaryOffset - m.Repl.Offset)
+			}
+		}
+		v.Members = append(v.Members, s)
+	}
+	return v
+}
+
+// roundLag rounds a lag down to a power of two, and to 0 below 1 MiB: status must not change
+// with every write a busy cache takes.
+func roundLag(lag int64) int64 {
+	if lag < 1<<20 {
+		return 0
+	}
+	p := int64(1 << 20)
+	for p*2 <= lag {
+		p *= 2
+	}
+	return p
+}

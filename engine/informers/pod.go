@@ -1,0 +1,111 @@
+package informers
+
+import (
+	"example.com/cache-operator/engine/api"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Pod is a pod as the pod informer holds it: what a member pass reads.
+type Pod struct {
+	metav1.ObjectMeta // name, namespace, UID, resourceVersion, deletion timestamp, the labels read, the controller
+	IP                string
+	Ready             bool // the Ready condition is True
+	Running           bool // every container runs (false while one has exited or waits to restart)
+}
+
+// podLabels are the pod labels a member pass reads.
+var podLabels = []string{api.LabelInstance, api.LabelRole, "controller-revision-hash"}
+
+// podTransform is the pod informer's transform.
+func podTransform(obj interface{}) (interface{}, error) {
+	switch pod := obj.(type) {
+	case *corev1.Pod:
+		return typedMemberPod(pod), nil
+	case *unstructured.Unstructured:
+		return unstructuredMemberPod(pod), nil
+	}
+	return obj, nil
+}
+
+func podMeta(o metav1.Object) Pod {
+	p := Pod{ObjectMeta: metav1.ObjectMeta{
+		Name: o.GetName(), Namespace: o.GetNamespace(), UID: o.GetUID(), ResourceVersion: o.GetResourceVersion(),
+		DeletionTimestamp: o.GetDeletionTimestamp(),
+	}}
+	p.Labels = keepLabels(o.GetLabels(), podLabels...)
+	if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
+		p.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
+	return p
+}
+
+// typedMemberPod reads a pod from the typed (protobuf) informer.
+func typedMemberPod(pod *corev1.Pod) *Pod {
+	p := podMeta(pod)
+	p.IP = pod.Status.PodIP
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			p.Ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	p.Running = len(pod.Status.ContainerStatuses) > 0
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Running == nil {
+			p.Running = false
+		}
+	}
+	return &p
+}
+
+// unstructuredMemberPod reads a pod from a dynamic informer.
+func unstructuredMemberPod(u *unstructured.Unstructured) *Pod {
+	p := podMeta(u)
+	p.IP, _, _ = unstructured.NestedString(u.Object, "status", "podIP")
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]interface{}); ok && m["type"] == string(corev1.PodReady) {
+			p.Ready = m["status"] == string(corev1.ConditionTrue)
+		}
+	}
+	statuses, _, _ := unstructured.NestedSlice(u.Object, "status", "containerStatuses")
+	p.Running = len(statuses) > 0
+	for _, cs := range statuses {
+		if m, ok := cs.(map[string]interface{}); ok {
+			if _, ok := m["state"].(map[string]interface{})["running"]; !ok {
+				p.Running = false
+			}
+		}
+	}
+	return &p
+}
+
+// InstanceIndex is the pod informer's index of pods by namespace/<their cache>.
+const InstanceIndex = "instance"
+
+// podInstance indexes a pod by namespace/<its cache>.
+func podInstance(obj interface{}) ([]string, error) {
+	o, ok := obj.(metav1.Object)
+	if !ok {
+		return nil, nil
+	}
+	if inst := o.GetLabels()[api.LabelInstance]; inst != "" {
+		return []string{o.GetNamespace() + "/" + inst}, nil
+	}
+	return nil, nil
+}
+
+// PodCache returns the key (namespace/name) of the cache a pod (or its tombstone) belongs to, if
+// it carries the label.
+func PodCache(obj interface{}) (string, bool) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	keys, _ := podInstance(obj)
+	if len(keys) == 0 {
+		return "", false
+	}
+	return keys[0], true
+}
