@@ -11,9 +11,12 @@ DEV_CLUSTER := CLUSTER_NAME=cache-dev CLUSTER_DIR=$(ROOT)/.cluster
 TEST_CLUSTER := CLUSTER_NAME=cache-test CLUSTER_DIR=$(ROOT)/.cluster-test
 GO_TEST_FLAGS ?= -count=1
 
-.PHONY: help
+.PHONY: help prereqs
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+prereqs: ## check (and, as root with apt-get, install) what the local cluster needs; make up and make test run it first
+	@hack/prereqs.sh
 
 ##@ Local cluster
 .PHONY: cluster-bin cluster cluster-down
@@ -44,7 +47,7 @@ install: ## apply the CRD and the operator's namespace to the current kubeconfig
 run: build install ## run the operator in the foreground against the current kubeconfig
 	$(OPERATOR) --kubeconfig "$${KUBECONFIG:-$$HOME/.kube/config}" $(RUN_ARGS)
 
-up: build cluster ## the main job: local cluster, CRD, operator, sample cache; waits until Ready
+up: prereqs build cluster ## the main job: local cluster, CRD, operator, sample cache; waits until Ready
 	@DEV_KUBECONFIG=$(DEV_KUBECONFIG) OPERATOR=$(OPERATOR) KUBECTL=$(KUBECTL) hack/up.sh
 
 deploy: build ## deploy the operator into the cluster of $$KUBECONFIG (default: the local one) with manifests/
@@ -57,7 +60,7 @@ down: ## stop the operator started by make up, then the local cluster
 
 ##@ Tests
 .PHONY: test test-unit test-e2e
-test: cluster-bin ## every test: unit tests, then end-to-end tests on a fresh cluster cache-test
+test: prereqs cluster-bin ## every test: unit tests, then end-to-end tests on a fresh cluster cache-test
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory test-e2e
 

@@ -55,10 +55,33 @@ else
 	echo "up: creating shop/sessions from manifests/samples/sessions.yaml"
 	"${k[@]}" create -f manifests/samples/sessions.yaml >/dev/null
 fi
-echo "up: waiting for shop/sessions to be Ready ..."
-if ! "${k[@]}" wait --for=condition=Ready managedcache/sessions -n shop --timeout=180s >/dev/null; then
-	echo "up: shop/sessions is not Ready; last operator log lines:" >&2
-	tail -n 20 "$log" >&2
+echo "up: waiting for shop/sessions to be Ready (up to 180s) ..."
+# Every 5s: Ready ends the wait; a member whose container cannot start (the node reports it as
+# the kubelet does) ends it at once, since waiting will not help; otherwise print the progress.
+blocked=""
+ready=0
+for i in $(seq 1 36); do
+	if "${k[@]}" wait --for=condition=Ready managedcache/sessions -n shop --timeout=5s >/dev/null 2>&1; then
+		ready=1
+		break
+	fi
+	blocked=$("${k[@]}" get pods -n shop -l app.kubernetes.io/instance=sessions \
+		-o jsonpath='{range .items[*]}{range .status.containerStatuses[*]}{.state.waiting.reason}{" "}{end}{end}' 2>/dev/null |
+		grep -oE 'RunContainerError|CreateContainerError|CreateContainerConfigError|ErrImagePull|ImagePullBackOff' | head -1 || true)
+	[[ -n $blocked ]] && break
+	echo "up:   $((i * 5))s: $("${k[@]}" get managedcache sessions -n shop -o jsonpath='{.status.readyReplicas}/{.spec.replicas} ready; {range .status.conditions[?(@.type=="Ready")]}{.reason}: {.message}{end}' 2>/dev/null)"
+done
+if ((!ready)); then
+	# What blocks it: each member's state and reason and the pods' Warning Events (the
+	# operator's log alone rarely says why a pod does not run).
+	if [[ -n $blocked ]]; then
+		echo "up: shop/sessions cannot become Ready: a member's container cannot start ($blocked); what blocks it:" >&2
+	else
+		echo "up: shop/sessions is not Ready after 180s; what blocks it:" >&2
+	fi
+	KUBECTL=$KUBECTL KUBECONFIG=$DEV_KUBECONFIG hack/diagnose.sh shop sessions >&2
+	echo "up: last operator log lines ($log):" >&2
+	tail -n 10 "$log" >&2
 	exit 1
 fi
 "${k[@]}" get managedcache -A -o wide
@@ -67,9 +90,8 @@ fi
 # A real round trip: the pods are redis-server processes on the real nodes. The password goes to
 # redis-cli through REDISCLI_AUTH, never on a command line or the terminal.
 echo "up: redis-cli round trip with shop/sessions (password from its Secret):"
-secret=$("${k[@]}" get managedcache sessions -n shop -o jsonpath='{.status.secretName}' 2>/dev/null || true)
-[[ -n $secret ]] || secret=sessions-auth
-password=$("${k[@]}" get secret "$secret" -n shop -o jsonpath='{.data.password}' | base64 -d)
+# The Secret is <cache>-auth (see the README's "Every child").
+password=$("${k[@]}" get secret sessions-auth -n shop -o jsonpath='{.data.password}' | base64 -d)
 rw_ip=$("${k[@]}" get service sessions-rw -n shop -o jsonpath='{.spec.clusterIP}')
 primary=$("${k[@]}" get managedcache sessions -n shop -o jsonpath='{.status.primary}')
 value="hello-$(date +%s)"

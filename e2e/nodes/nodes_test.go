@@ -204,6 +204,58 @@ func TestBadInputFailsVisibly(t *testing.T) {
 		t.Errorf("hostNetwork pod: want reason UnsupportedPodSpec naming hostNetwork, got %s", describe(p))
 	}
 
+	// A container the runtime cannot start is reported as the kubelet reports it: waiting with
+	// RunContainerError and runc's error text, a StartError as its last state, a Warning Event
+	// Failed, all of it in kubectl describe. Two ways runc fails: the executable does not exist,
+	// and the working directory cannot be entered.
+	for _, tc := range []struct {
+		name, want string
+		change     func(*corev1.Container)
+	}{
+		{"no-executable", "no-such-program", func(c *corev1.Container) { c.Command = []string{"/usr/local/bin/no-such-program"} }},
+		{"bad-workdir", "/no-such-dir", func(c *corev1.Container) { c.WorkingDir = "/no-such-dir" }},
+	} {
+		pod := shellPod(tc.name, "sleep 3600")
+		tc.change(&pod.Spec.Containers[0])
+		create(t, c, ns, pod)
+		p := waitPod(t, c, ns, tc.name, 60*time.Second, "waiting with RunContainerError", func(p *corev1.Pod) bool {
+			return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil &&
+				p.Status.ContainerStatuses[0].State.Waiting.Reason == "RunContainerError"
+		})
+		cs := p.Status.ContainerStatuses[0]
+		if !strings.Contains(cs.State.Waiting.Message, tc.want) {
+			t.Errorf("%s: waiting message %q does not carry runc's error about %s", tc.name, cs.State.Waiting.Message, tc.want)
+		}
+		if l := cs.LastTerminationState.Terminated; l == nil || l.Reason != "StartError" || !strings.Contains(l.Message, tc.want) {
+			t.Errorf("%s: last state %+v; want a StartError naming %s", tc.name, cs.LastTerminationState, tc.want)
+		}
+		framework.Eventually(t, 30*time.Second, "a Warning Event Failed for "+tc.name, func() (bool, string, error) {
+			evs, err := c.Kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + tc.name})
+			if err != nil {
+				return false, "", err
+			}
+			var seen []string
+			for _, e := range evs.Items {
+				seen = append(seen, e.Type+" "+e.Reason+": "+e.Message)
+				if e.Type == corev1.EventTypeWarning && e.Reason == "Failed" && strings.Contains(e.Message, tc.want) {
+					return true, "", nil
+				}
+			}
+			return false, strings.Join(seen, "; "), nil
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := c.Kubectl(ctx, "describe", "pod", "-n", ns, tc.name)
+		cancel()
+		if err != nil {
+			t.Fatalf("kubectl describe: %v", err)
+		}
+		for _, want := range []string{"RunContainerError", "StartError", "Warning  Failed", tc.want} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: kubectl describe lacks %q:\n%s", tc.name, want, out)
+			}
+		}
+	}
+
 	hp := shellPod("host-path", "sleep 3600")
 	hp.Spec.Volumes = []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/etc"}}}}
 	create(t, c, ns, hp)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the local control plane into bin/cluster/: etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kube-proxy, kubectl (Kubernetes v1.37), kwok and kwokctl (KWOK v0.8.0), CoreDNS,
+# Builds the local control plane into bin/cluster/: etcd, kube (kube-apiserver,
+# kube-controller-manager, kube-scheduler, kube-proxy and kubectl of Kubernetes v1.37 in one
+# binary, linked under each name), kwok and kwokctl (KWOK v0.8.0), CoreDNS,
 # the local storage provisioner and the real nodes' agent (hack/node). Versions are pinned by the
 # go.mod files in hack/cluster/, hack/cluster/kwok/, hack/cluster/coredns/ and hack/node/.
 # A binary is rebuilt only when it is missing or when the go.mod/go.sum (or source) that pins it
@@ -64,11 +65,11 @@ build() {
 total=$SECONDS
 ver=$(version_ldflags)
 build "$here" etcd go.etcd.io/etcd/server/v3
-build "$here" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ver"
-build "$here" kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$ver"
-build "$here" kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$ver"
-build "$here" kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$ver"
-build "$here" kubectl k8s.io/kubernetes/cmd/kubectl "$ver"
+# The Kubernetes components are one binary (hack/cluster/kube): one link instead of five.
+build "$here" kube ./kube "$ver"
+for name in kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl; do
+	[[ -L $out/$name && $(readlink "$out/$name") == kube ]] || { rm -f "$out/$name" "$out/.$name.stamp"; ln -s kube "$out/$name"; }
+done
 build "$here/kwok" kwok sigs.k8s.io/kwok/cmd/kwok
 build "$here/kwok" kwokctl sigs.k8s.io/kwok/cmd/kwokctl
 build "$here/provisioner" local-provisioner .

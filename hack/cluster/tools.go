@@ -1,6 +1,7 @@
 //go:build tools
 
-// Package tools pins the control-plane binaries that hack/cluster builds. Nothing here is
+// Package tools pins the control-plane binaries that hack/cluster builds (the Kubernetes
+// components through ./kube, one binary). Nothing here is
 // compiled into the operator: this module exists so that the heavy Kubernetes dependency graph
 // and its replace directives stay out of the operator's go.mod.
 package tools

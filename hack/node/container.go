@@ -41,6 +41,10 @@ type containerState struct {
 	imageID      string
 	// lastAttempt is the number of the newest attempt (its log is the current log); -1 before any.
 	lastAttempt int32
+	// startFailure is why the last attempt never ran the container's process (the runtime is
+	// missing or failed: a missing executable, a bad mount), as the waiting reason and message to
+	// show during the back-off after it ("" when the last attempt ran).
+	startFailure, startFailureMsg string
 
 	// The attempt running now (nil between attempts).
 	cur *attempt
@@ -151,11 +155,17 @@ func (r *podRuntime) backoff(c *containerState, delay *time.Duration, ran time.D
 	}
 	if *delay > 0 {
 		r.mu.Lock()
-		c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+		waiting := &corev1.ContainerStateWaiting{
 			Reason:  "CrashLoopBackOff",
 			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", *delay, c.spec.Name, r.pod.Name, r.pod.Namespace, r.uid),
-		}}
+		}
+		if c.startFailure != "" {
+			// The container never ran: keep saying why, as the kubelet's RunContainerError does.
+			waiting.Reason, waiting.Message = c.startFailure, c.startFailureMsg+"; "+waiting.Message
+		}
+		c.state = corev1.ContainerState{Waiting: waiting}
 		r.mu.Unlock()
+		r.event(corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container "+c.spec.Name+" in pod "+r.pod.Name)
 		r.publish()
 		select {
 		case <-r.stopped():
@@ -238,7 +248,7 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 	bundle := filepath.Join(r.dir, "bundles", fmt.Sprintf("%s-%d", c.spec.Name, number))
 	_ = os.RemoveAll(bundle)
 	if err := os.MkdirAll(bundle, 0o755); err != nil {
-		r.waiting(c, "CreateContainerError", err.Error(), 5*time.Second)
+		r.failedToStart(c, "CreateContainerError", err.Error())
 		return 1, !r.isStopping()
 	}
 	oci, err := buildSpec(bundle, spec)
@@ -256,18 +266,19 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 		return r.runOnce(c)
 	}
 	if err := os.MkdirAll(filepath.Dir(a.logPath), 0o755); err != nil {
-		r.waiting(c, "CreateContainerError", err.Error(), 5*time.Second)
+		r.failedToStart(c, "CreateContainerError", err.Error())
 		return 1, !r.isStopping()
 	}
 	logFile, err := os.OpenFile(a.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
 	if err != nil {
-		r.waiting(c, "CreateContainerError", err.Error(), 5*time.Second)
+		r.failedToStart(c, "CreateContainerError", err.Error())
 		return 1, !r.isStopping()
 	}
 	lw := &logWriter{f: logFile}
 	stdoutR, stdoutW, _ := os.Pipe()
 	stderrR, stderrW, _ := os.Pipe()
-	cmd := exec.Command(r.cfg.Runc, "--root", r.runcRoot(), "run", "--bundle", bundle, a.id)
+	runtimeLog := filepath.Join(bundle, "runtime.log")
+	cmd := runtimeCommand(r.cfg.Runc, r.runcRoot(), runtimeLog, "run", "--bundle", bundle, a.id)
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var copiers sync.WaitGroup
@@ -294,7 +305,7 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 	if startErr != nil {
 		copiers.Wait()
 		logFile.Close()
-		r.waiting(c, "RunContainerError", startErr.Error(), 5*time.Second)
+		r.failedToStart(c, "RunContainerError", runtimeFailure(startErr, ""))
 		return 1, !r.isStopping()
 	}
 	startedAt := metav1.Now()
@@ -354,8 +365,21 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 	copiers.Wait()
 	logFile.Close()
 	oomKilled := r.oomKilled(c, a)
+	failure := runtimeFailure(nil, runtimeLog)
 	_ = exec.Command(r.cfg.Runc, "--root", r.runcRoot(), "delete", "--force", a.id).Run()
 	_ = os.RemoveAll(bundle)
+	if failure != "" {
+		// runc itself failed: the container's process never ran (a missing executable, a bad
+		// mount, a runtime error). The kubelet reports this as RunContainerError, not as an exit.
+		r.mu.Lock()
+		c.cur, c.ready, c.started = nil, false, false
+		r.mu.Unlock()
+		r.failedToStart(c, "RunContainerError", failure)
+		return 1, !r.isStopping()
+	}
+	r.mu.Lock()
+	c.startFailure, c.startFailureMsg = "", ""
+	r.mu.Unlock()
 
 	reason := "Completed"
 	if a.exitCode != 0 {
@@ -377,6 +401,53 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 	r.publish()
 	klog.InfoS("Container exited", "pod", klog.KObj(r.pod), "container", c.spec.Name, "exitCode", a.exitCode, "reason", reason)
 	return a.exitCode, !r.isStopping()
+}
+
+// runtimeCommand is the command line of one runc call: its own errors go to logPath as JSON lines,
+// apart from the container's output.
+func runtimeCommand(runc, root, logPath string, args ...string) *exec.Cmd {
+	return exec.Command(runc, append([]string{"--root", root, "--log", logPath, "--log-format", "json"}, args...)...)
+}
+
+// runtimeFailure says why an attempt never ran the container's process: startErr, the runtime
+// could not be started at all (runc missing), or the errors runc logged to logPath (the process's
+// executable missing, a mount that failed). "" when the process ran: its exit is its own.
+func runtimeFailure(startErr error, logPath string) string {
+	if startErr != nil {
+		return "failed to start the container runtime: " + startErr.Error()
+	}
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		return ""
+	}
+	var msgs []string
+	for _, line := range strings.Split(string(data), "\n") {
+		var entry struct{ Level, Msg string }
+		if json.Unmarshal([]byte(line), &entry) == nil && (entry.Level == "error" || entry.Level == "fatal") && entry.Msg != "" {
+			msgs = append(msgs, entry.Msg)
+		}
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// failedToStart records an attempt that never ran the container's process, as the kubelet does:
+// the container waits with reason (CreateContainerError or RunContainerError) and the error text,
+// its last state is a StartError with the same text, and the pod gets a Warning Event Failed.
+func (r *podRuntime) failedToStart(c *containerState, reason, msg string) {
+	if len(msg) > 1024 {
+		msg = msg[:1021] + "..."
+	}
+	r.mu.Lock()
+	c.startFailure, c.startFailureMsg = reason, msg
+	now := metav1.Now()
+	c.lastState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: 128, Reason: "StartError", Message: msg, StartedAt: now, FinishedAt: now,
+	}}
+	c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}
+	r.mu.Unlock()
+	r.publish()
+	r.event(corev1.EventTypeWarning, "Failed", "Error: "+msg)
+	klog.InfoS("Container failed to start", "pod", klog.KObj(r.pod), "container", c.spec.Name, "reason", reason, "err", msg)
 }
 
 func (r *podRuntime) runcRoot() string { return filepath.Join(r.cfg.StateDir, "runc") }
