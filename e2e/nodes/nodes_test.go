@@ -9,7 +9,9 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -253,6 +255,36 @@ func TestBadInputFailsVisibly(t *testing.T) {
 			if !strings.Contains(out, want) {
 				t.Errorf("%s: kubectl describe lacks %q:\n%s", tc.name, want, out)
 			}
+		}
+	}
+
+	// What make up prints when the sample is not Ready (hack/diagnose.sh): each member's state
+	// and reason and the pods' Warning Events. Here a "cache" whose member cannot start.
+	member := shellPod("blocked-0", "sleep 3600")
+	member.Labels = map[string]string{"app.kubernetes.io/instance": "blocked"}
+	member.Spec.Containers[0].Command = []string{"/usr/local/bin/redis-server-not-installed"}
+	create(t, c, ns, member)
+	waitPod(t, c, ns, "blocked-0", 60*time.Second, "waiting with RunContainerError", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil &&
+			p.Status.ContainerStatuses[0].State.Waiting.Reason == "RunContainerError"
+	})
+	var report string
+	framework.Eventually(t, 30*time.Second, "hack/diagnose.sh to report the member and its Warning Event", func() (bool, string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "hack", "diagnose.sh"), ns, "blocked")
+		cmd.Env = append(os.Environ(), "KUBECTL="+c.Bin("kubectl"), "KUBECONFIG="+c.Kubeconfig)
+		out, err := cmd.CombinedOutput()
+		report = string(out)
+		if err != nil {
+			return false, report, err
+		}
+		return strings.Contains(report, "blocked-0 Failed"), report, nil
+	})
+	for _, want := range []string{"ManagedCache " + ns + "/blocked not found", "blocked-0: phase Pending", "waiting RunContainerError",
+		"redis-server-not-installed", "last: StartError (exit 128)", "blocked-0 Failed"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("hack/diagnose.sh lacks %q:\n%s", want, report)
 		}
 	}
 

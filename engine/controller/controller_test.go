@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"example.com/cache-operator/engine/internal/testobj"
+
 	"example.com/cache-operator/engine/credentials"
 	"example.com/cache-operator/engine/dataplane"
 	"example.com/cache-operator/engine/roles"
@@ -121,26 +123,11 @@ func (f *fixture) writes() []string {
 	return out
 }
 
-func newCache(name string) *unstructured.Unstructured {
-	mc := &unstructured.Unstructured{Object: map[string]interface{}{
-		"apiVersion": api.GroupVersion.String(), "kind": api.Kind,
-		"metadata": map[string]interface{}{"name": name, "namespace": "shop", "uid": "uid-" + name, "generation": int64(1)},
-		"spec":     map[string]interface{}{"replicas": int64(3), "engine": map[string]interface{}{"version": "7.4"}},
-	}}
-	return mc
-}
-
-func child(apiVersion, kind, name string, owner *unstructured.Unstructured) *unstructured.Unstructured {
-	o := &unstructured.Unstructured{}
-	o.SetAPIVersion(apiVersion)
-	o.SetKind(kind)
-	o.SetNamespace("shop")
-	o.SetName(name)
-	if owner != nil {
-		o.SetOwnerReferences([]metav1.OwnerReference{api.OwnerReference(owner)})
-	}
-	return o
-}
+// newCache and child are the shared test objects (package testobj).
+var (
+	newCache = testobj.Cache
+	child    = testobj.Child
+)
 
 func (f *fixture) queued() []string {
 	var keys []string

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"example.com/cache-operator/engine/internal/testobj"
+
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/render"
 	"example.com/cache-operator/templates"
@@ -335,26 +337,11 @@ func BenchmarkUnpackCache(b *testing.B) {
 	}
 }
 
-func newCache(name string) *unstructured.Unstructured {
-	mc := &unstructured.Unstructured{Object: map[string]interface{}{
-		"apiVersion": api.GroupVersion.String(), "kind": api.Kind,
-		"metadata": map[string]interface{}{"name": name, "namespace": "shop", "uid": "uid-" + name, "generation": int64(1)},
-		"spec":     map[string]interface{}{"replicas": int64(3), "engine": map[string]interface{}{"version": "7.4"}},
-	}}
-	return mc
-}
-
-func child(apiVersion, kind, name string, owner *unstructured.Unstructured) *unstructured.Unstructured {
-	o := &unstructured.Unstructured{}
-	o.SetAPIVersion(apiVersion)
-	o.SetKind(kind)
-	o.SetNamespace("shop")
-	o.SetName(name)
-	if owner != nil {
-		o.SetOwnerReferences([]metav1.OwnerReference{api.OwnerReference(owner)})
-	}
-	return o
-}
+// newCache and child are the shared test objects (package testobj).
+var (
+	newCache = testobj.Cache
+	child    = testobj.Child
+)
 
 // A child the operator made with a plain create (its entry is an Update) keeps every manager's
 // entry until its first apply, which rewrites the whole list from this copy; after it, only the

@@ -3,7 +3,9 @@
 # kube-controller-manager, kube-scheduler, kube-proxy and kubectl of Kubernetes v1.37 in one
 # binary, linked under each name), kwok and kwokctl (KWOK v0.8.0), CoreDNS,
 # the local storage provisioner and the real nodes' agent (hack/node). Versions are pinned by the
-# go.mod files in hack/cluster/, hack/cluster/kwok/, hack/cluster/coredns/ and hack/node/.
+# go.mod files in hack/cluster/, hack/cluster/kwok/, hack/cluster/coredns/, hack/cluster/provisioner/
+# and hack/node/; all but KWOK's are one workspace (hack/go.work), so that the dependencies they
+# share have one version and are compiled once.
 # A binary is rebuilt only when it is missing or when the go.mod/go.sum (or source) that pins it
 # changed: a stamp file records the hash of those inputs.
 set -euo pipefail
@@ -31,10 +33,10 @@ version_ldflags() {
 }
 
 # inputs_hash DIR... prints one hash over the go.mod, go.sum and Go sources of the given folders
-# (not recursive into nested modules) plus this script.
+# (not recursive into nested modules) plus this script and the workspace.
 inputs_hash() {
 	{
-		cat "$here/build.sh"
+		cat "$here/build.sh" "$here/../go.work"
 		go version
 		for d in "$@"; do
 			find "$d" -maxdepth 1 -type f \( -name 'go.mod' -o -name 'go.sum' -o -name '*.go' \) -print0 |
@@ -56,7 +58,10 @@ build() {
 	fi
 	local start=$SECONDS
 	echo "cluster-bin: building $name ($pkg) ..."
-	(cd "$moddir" && go build -trimpath -ldflags "-s -w $extra" -o "$out/$name.tmp" "$pkg")
+	# KWOK's module is not in the workspace (hack/go.work): it pins Kubernetes v0.36.
+	local work=
+	[[ $moddir == "$here/kwok" ]] && work=off
+	(cd "$moddir" && GOWORK=$work go build -trimpath -ldflags "-s -w $extra" -o "$out/$name.tmp" "$pkg")
 	mv "$out/$name.tmp" "$out/$name"
 	echo "$hash" >"$stamp"
 	echo "cluster-bin: built $name in $((SECONDS - start))s"
