@@ -60,8 +60,9 @@ down: ## stop the operator started by make up, then the local cluster
 
 ##@ Tests
 .PHONY: test test-unit test-e2e
-test: prereqs cluster-bin ## every test: unit tests, then end-to-end tests on a fresh cluster cache-test
-	@$(MAKE) --no-print-directory test-unit
+test: prereqs ## every test: unit tests (while the cluster binaries build), then end-to-end tests on a fresh cluster cache-test
+	@# The unit tests need no cluster: they run beside make cluster-bin, whose links are single-threaded.
+	@$(MAKE) --no-print-directory -j2 cluster-bin test-unit
 	@$(MAKE) --no-print-directory test-e2e
 
 test-unit: ## unit and golden-file tests (no cluster), the operator's and the node agent's
