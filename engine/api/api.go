@@ -132,6 +132,9 @@ const (
 	RoleReplica = "replica"
 )
 
+// ConditionReady is the type of the condition that says whether a cache is serving.
+const ConditionReady = "Ready"
+
 // SwitchoverAnnotation on a ManagedCache names the member (a pod name) that should become the
 // primary; the operator hands over to it and then removes the annotation.
 const SwitchoverAnnotation = "cache.example.com/switchover-to"

@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"strings"
 
+	"example.com/cache-operator/engine/api"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"example.com/cache-operator/engine/credentials"
 	"example.com/cache-operator/engine/dataplane"
 	"example.com/cache-operator/engine/roles"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The status conditions of a ManagedCache, each decided in one place: Ready (newStatus, from the
@@ -16,7 +19,7 @@ import (
 // (from the member pass's view) and PasswordApplied (from the view and the credentials decision).
 
 // ConditionReady is the condition that says whether a cache is serving.
-const ConditionReady = "Ready"
+const ConditionReady = api.ConditionReady
 
 // Reasons of the Ready condition. A failing child sets <Kind>Failed (SecretFailed, ServiceFailed,
 // StatefulSetFailed, PodDisruptionBudgetFailed).

@@ -28,7 +28,6 @@ import (
 	"example.com/cache-operator/engine/credentials"
 	"example.com/cache-operator/engine/dataplane"
 
-	"example.com/cache-operator/engine/informers"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -40,6 +39,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/engine/informers"
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/metrics"

@@ -16,9 +16,6 @@ import (
 
 	"example.com/cache-operator/engine/informers"
 
-	"example.com/cache-operator/engine/api"
-	"example.com/cache-operator/engine/render"
-	"example.com/cache-operator/templates"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +28,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/render"
+	"example.com/cache-operator/templates"
 )
 
 // The kinds the controller watches, for the fake client and the REST mapper.

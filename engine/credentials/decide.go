@@ -3,8 +3,9 @@ package credentials
 import (
 	"time"
 
-	"example.com/cache-operator/engine/render"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"example.com/cache-operator/engine/render"
 )
 
 // DefaultPasswordOverlap is how long the previous clients' password is still accepted after a

@@ -4,11 +4,12 @@ import (
 	"context"
 	"slices"
 
+	"github.com/redis/go-redis/v9"
+	"k8s.io/klog/v2"
+
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/member"
 	"example.com/cache-operator/engine/render"
-	"github.com/redis/go-redis/v9"
-	"k8s.io/klog/v2"
 )
 
 // The credentials on the members: each member's default user accepts exactly the password hashes

@@ -9,12 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"example.com/cache-operator/engine/api"
-	"example.com/cache-operator/engine/credentials"
-	"example.com/cache-operator/engine/informers"
-	"example.com/cache-operator/engine/member"
-	"example.com/cache-operator/engine/metrics"
-	"example.com/cache-operator/engine/roles"
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,6 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/credentials"
+	"example.com/cache-operator/engine/informers"
+	"example.com/cache-operator/engine/member"
+	"example.com/cache-operator/engine/metrics"
+	"example.com/cache-operator/engine/roles"
 )
 
 // act carries out a decision. It reports whether it changed anything.

@@ -3,10 +3,11 @@ package dataplane
 import (
 	"context"
 
+	"github.com/redis/go-redis/v9"
+
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/credentials"
 	"example.com/cache-operator/engine/roles"
-	"github.com/redis/go-redis/v9"
 )
 
 // The credentials on the members: the member pass gives every member whose server answers what the

@@ -4,8 +4,9 @@ import (
 	"sync"
 	"time"
 
-	"example.com/cache-operator/engine/roles"
 	"k8s.io/apimachinery/pkg/types"
+
+	"example.com/cache-operator/engine/roles"
 )
 
 // memberChecks remembers, per member (by pod UID), what its server was last found with or given

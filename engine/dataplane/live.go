@@ -6,15 +6,16 @@ import (
 	"hash/fnv"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
+
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/credentials"
 	"example.com/cache-operator/engine/informers"
 	"example.com/cache-operator/engine/member"
 	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/roles"
-	"github.com/redis/go-redis/v9"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/klog/v2"
 )
 
 // liveSettings are the settings of a cache's ConfigMap (api.LiveConfigKey), parsed.

@@ -8,14 +8,15 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
+
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/credentials"
 	"example.com/cache-operator/engine/informers"
 	"example.com/cache-operator/engine/member"
 	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/roles"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/klog/v2"
 )
 
 // syncMembers is one member pass of a cache: it reads the members' pods and servers, decides the

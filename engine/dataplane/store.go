@@ -5,8 +5,9 @@ import (
 	"sync"
 	"time"
 
-	"example.com/cache-operator/engine/roles"
 	"k8s.io/apimachinery/pkg/types"
+
+	"example.com/cache-operator/engine/roles"
 )
 
 // roleMemory is what a member pass keeps of a cache between passes.

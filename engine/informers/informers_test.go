@@ -8,9 +8,6 @@ import (
 
 	"example.com/cache-operator/engine/internal/testobj"
 
-	"example.com/cache-operator/engine/api"
-	"example.com/cache-operator/engine/render"
-	"example.com/cache-operator/templates"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +18,10 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/render"
+	"example.com/cache-operator/templates"
 )
 
 // A child's version digest is the same packed and decoded; it changes with the metadata the
@@ -263,7 +264,7 @@ func TestPackedCacheAndMemberPod(t *testing.T) {
 	now := metav1.Now()
 	mc.SetDeletionTimestamp(&now)
 	mc.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}})
-	if err := unstructured.SetNestedSlice(mc.Object, []interface{}{map[string]interface{}{"type": ConditionReady, "status": "False"}}, "status", "conditions"); err != nil {
+	if err := unstructured.SetNestedSlice(mc.Object, []interface{}{map[string]interface{}{"type": api.ConditionReady, "status": "False"}}, "status", "conditions"); err != nil {
 		t.Fatal(err)
 	}
 	want := mc.DeepCopy()

@@ -7,11 +7,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"example.com/cache-operator/engine/api"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
+
+	"example.com/cache-operator/engine/api"
 )
 
 // Object is a child or a ManagedCache as an informer holds it: the metadata that keys it and
@@ -102,7 +103,7 @@ func (p *Packer) CacheTransform() cache.TransformFunc {
 		if u, ok := o.(*unstructured.Unstructured); ok {
 			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 			for _, c := range conds {
-				if m, ok := c.(map[string]interface{}); ok && m["type"] == ConditionReady {
+				if m, ok := c.(map[string]interface{}); ok && m["type"] == api.ConditionReady {
 					if s, ok := m["status"].(string); ok {
 						out.Ready = s
 					}

@@ -1,11 +1,12 @@
 package informers
 
 import (
-	"example.com/cache-operator/engine/api"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
+
+	"example.com/cache-operator/engine/api"
 )
 
 // Pod is a pod as the pod informer holds it: what a member pass reads.

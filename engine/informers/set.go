@@ -31,10 +31,6 @@ var (
 	Pods = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 )
 
-// ConditionReady is the type of a ManagedCache's Ready condition, whose status the ManagedCache
-// informer keeps for the fleet gauge.
-const ConditionReady = "Ready"
-
 // Options tune the informers.
 type Options struct {
 	// Resync is how often the ManagedCache informer replays every cache (0: never).
