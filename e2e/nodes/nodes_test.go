@@ -209,13 +209,15 @@ func TestBadInputFailsVisibly(t *testing.T) {
 	// A container the runtime cannot start is reported as the kubelet reports it: waiting with
 	// RunContainerError and runc's error text, a StartError as its last state, a Warning Event
 	// Failed, all of it in kubectl describe. Two ways runc fails: the executable does not exist,
-	// and the working directory cannot be entered.
+	// and the working directory cannot be made.
 	for _, tc := range []struct {
 		name, want string
 		change     func(*corev1.Container)
 	}{
 		{"no-executable", "no-such-program", func(c *corev1.Container) { c.Command = []string{"/usr/local/bin/no-such-program"} }},
-		{"bad-workdir", "/no-such-dir", func(c *corev1.Container) { c.WorkingDir = "/no-such-dir" }},
+		// runc makes a missing working directory, but not one where a file (the pod's /etc/hostname,
+		// mounted by the node) stands.
+		{"bad-workdir", "/etc/hostname: not a directory", func(c *corev1.Container) { c.WorkingDir = "/etc/hostname" }},
 	} {
 		pod := shellPod(tc.name, "sleep 3600")
 		tc.change(&pod.Spec.Containers[0])
@@ -281,7 +283,7 @@ func TestBadInputFailsVisibly(t *testing.T) {
 		}
 		return strings.Contains(report, "blocked-0 Failed"), report, nil
 	})
-	for _, want := range []string{"ManagedCache " + ns + "/blocked not found", "blocked-0: phase Pending", "waiting RunContainerError",
+	for _, want := range []string{"ManagedCache " + ns + "/blocked not found", "blocked-0: phase ", "ready False", "waiting RunContainerError",
 		"redis-server-not-installed", "last: StartError (exit 128)", "blocked-0 Failed"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("hack/diagnose.sh lacks %q:\n%s", want, report)
