@@ -295,7 +295,7 @@ func (c *Controller) createChild(ctx context.Context, mc, want *unstructured.Uns
 	return nil, ssa.Failed, ssa.Errorf(want, "%w", errStaleCache)
 }
 
-// auth decides the cache's credentials from its live Secret (decideAuth). A refused password is
+// auth decides the cache's credentials from its live Secret (credentials.Decide). A refused password is
 // reported once per value, with an Event; the end of an overlap brings the cache back.
 func (c *Controller) auth(mc *unstructured.Unstructured) (credentials.Decision, error) {
 	key := mc.GetNamespace() + "/" + mc.GetName()

@@ -20,7 +20,7 @@ import (
 )
 
 // syncMembers is one member pass of a cache: it reads the members' pods and servers, decides the
-// roles (decideRoles) and carries the decision out. It returns when to look again (0: on the
+// roles (roles.Decide) and carries the decision out. It returns when to look again (0: on the
 // next pod or cache event only).
 func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration, error) {
 	mc, exists, err := c.informers.Cache(key)
