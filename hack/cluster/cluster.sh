@@ -38,6 +38,10 @@
 #                         and kube-scheduler lifted (for benchmarks); takes effect on creation, so
 #                         run `make cluster-down` first to switch an existing cluster.
 #   REAL_NODES=0          no real nodes (KWOK only)
+#   MAX_RESTART_PERIOD=D  the real nodes' longest CrashLoopBackOff delay (default 5m, the kubelet's;
+#                         make test uses 10s, as a kubelet's crashLoopBackOff.maxContainerRestartPeriod
+#                         can, so that a test that kills the same member again and again waits 10 s
+#                         for it, not minutes; kept in .cluster/max-restart-period for later starts)
 #   AUDIT_LOG_MAX_MB=N    rotate the audit log at N MB (default 100, the API server's; 0: never, as
 #                         the benchmark needs: it reads the log by offset)
 set -euo pipefail
@@ -47,6 +51,8 @@ root=$(cd "$here/../.." && pwd)
 bin=${CLUSTER_BIN_DIR:-$root/bin/cluster}
 state=${CLUSTER_DIR:-$root/.cluster}
 name=${CLUSTER_NAME:-cache-dev}
+# A node started later (stop-node, start-node, restart) keeps the setting the cluster was made with.
+max_restart_period=${MAX_RESTART_PERIOD:-$(cat "$state/max-restart-period" 2>/dev/null || echo 5m)}
 export KWOK_WORKDIR=$state/kwok
 kubeconfig=$state/kubeconfig
 kubectl=("$bin/kubectl" --kubeconfig "$kubeconfig" --cache-dir "$state/kubectl-cache")
@@ -166,11 +172,13 @@ start_node() { # start_node real-a
 	i=$(node_index "$node")
 	[[ -n $i ]] || { log "no real node $node (real-a, real-b, real-c)"; return 1; }
 	zone=${real_nodes[$i]}
+	echo "$max_restart_period" >"$state/max-restart-period"
 	start_bg "$node" "$bin/node-agent" --kubeconfig "$kubeconfig" --node-name "$node" --zone "$zone" \
 		--pod-cidr "198.18.$((base + 1 + i)).0/24" --pod-network "$pod_net" --gateway "$gateway" \
 		--cluster-netns "$netns" --cluster-dns "$gateway" --state-dir "$state/nodes/$node" \
 		--images "$here/../node/images.yaml" --listen "127.0.0.1:$((10250 + 10 * net_index + i))" \
-		--client-ca "$pki/ca.crt" --cgroup-parent "/cache-nodes/$name/$node"
+		--client-ca "$pki/ca.crt" --cgroup-parent "/cache-nodes/$name/$node" \
+		--max-container-restart-period "$max_restart_period"
 }
 
 # wait_node NODE: the node's agent runs and its Node is Ready; otherwise show the agent's log.

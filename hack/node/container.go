@@ -23,10 +23,27 @@ import (
 
 const (
 	initialBackoff = 10 * time.Second
-	maxBackoff     = 5 * time.Minute
+	// DefaultMaxBackoff is the kubelet's default longest CrashLoopBackOff delay; --max-container-restart-period
+	// lowers it, as the kubelet's crashLoopBackOff.maxContainerRestartPeriod does.
+	DefaultMaxBackoff = 5 * time.Minute
 	// backoffReset: a container that ran this long without failing restarts without delay.
 	backoffReset = 10 * time.Minute
 )
+
+// nextBackoff is the delay before the restart after the one that waited delay: none before the
+// first restart, then 10 s (or max, if lower) doubling up to max, as the kubelet does.
+func nextBackoff(delay, max time.Duration) time.Duration {
+	if max <= 0 {
+		max = DefaultMaxBackoff
+	}
+	switch {
+	case delay == 0:
+		delay = initialBackoff
+	case delay < max:
+		delay *= 2
+	}
+	return min(delay, max)
+}
 
 // containerState is one container of a pod across its restarts. Fields are guarded by the pod's mu.
 type containerState struct {
@@ -122,7 +139,8 @@ func (r *podRuntime) runInit(c *containerState) bool {
 }
 
 // supervise runs a regular container, restarting it as the pod's restartPolicy says, with the
-// kubelet's CrashLoopBackOff delays (10 s doubling to 5 min, reset after 10 min of running).
+// kubelet's CrashLoopBackOff delays (10 s doubling to --max-container-restart-period, 5 min by
+// default, reset after 10 min of running).
 func (r *podRuntime) supervise(c *containerState) {
 	backoff := time.Duration(0)
 	for {
@@ -173,15 +191,7 @@ func (r *podRuntime) backoff(c *containerState, delay *time.Duration, ran time.D
 		case <-time.After(*delay):
 		}
 	}
-	switch {
-	case *delay == 0:
-		*delay = initialBackoff
-	case *delay < maxBackoff:
-		*delay *= 2
-		if *delay > maxBackoff {
-			*delay = maxBackoff
-		}
-	}
+	*delay = nextBackoff(*delay, r.cfg.MaxBackoff)
 	r.mu.Lock()
 	c.restartCount++
 	r.mu.Unlock()

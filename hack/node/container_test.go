@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,5 +95,28 @@ func TestFailedToStartIsReported(t *testing.T) {
 	}
 	if len(events) != 2 || !strings.HasPrefix(events[0], "Warning Failed Error: failed to start the container runtime") || !strings.HasPrefix(events[1], "Warning BackOff") {
 		t.Errorf("events %q; want Warning Failed with the error, then Warning BackOff", events)
+	}
+}
+
+// The restart delays follow the kubelet's: none, then 10 s doubling to the cap, which
+// --max-container-restart-period lowers (and which then also bounds the first delay).
+func TestNextBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		max  time.Duration
+		want []time.Duration
+	}{
+		{0, []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 5 * time.Minute, 5 * time.Minute}},
+		{30 * time.Second, []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second, 30 * time.Second}},
+		{5 * time.Second, []time.Duration{5 * time.Second, 5 * time.Second}},
+	} {
+		var got []time.Duration
+		delay := time.Duration(0)
+		for range tc.want {
+			delay = nextBackoff(delay, tc.max)
+			got = append(got, delay)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("max %s: delays %v; want %v", tc.max, got, tc.want)
+		}
 	}
 }

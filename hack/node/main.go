@@ -57,6 +57,8 @@ func main() {
 	flag.StringVar(&cfg.Runc, "runc", "/usr/sbin/runc", "runc binary")
 	flag.StringVar(&cfg.ImagesFile, "images", "", "image table (YAML): image repository -> program on this machine")
 	flag.StringVar(&cfg.CgroupParent, "cgroup-parent", "", "cgroup path under which containers run (default /cache-nodes/<node-name>)")
+	flag.DurationVar(&cfg.MaxBackoff, "max-container-restart-period", DefaultMaxBackoff,
+		"longest CrashLoopBackOff delay between restarts of a failed container (the kubelet's crashLoopBackOff.maxContainerRestartPeriod)")
 	flag.StringVar(&listen, "listen", "127.0.0.1:10250", "address of the kubelet API (HTTPS)")
 	flag.StringVar(&clientCA, "client-ca", "", "CA whose client certificates may use the kubelet API (the API server's)")
 	klog.InitFlags(nil)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
@@ -34,6 +35,8 @@ type Config struct {
 	Runc          string
 	ImagesFile    string
 	CgroupParent  string
+	// MaxBackoff is the longest CrashLoopBackOff delay (DefaultMaxBackoff when zero).
+	MaxBackoff time.Duration
 
 	Client     kubernetes.Interface
 	Secrets    corev1listers.SecretLister
