@@ -8,8 +8,15 @@ CLUSTER_BIN := $(ROOT)/bin/cluster
 KUBECTL := $(CLUSTER_BIN)/kubectl
 # The development cluster (make cluster / make up) and the one make test creates and deletes.
 DEV_CLUSTER := CLUSTER_NAME=cache-dev CLUSTER_DIR=$(ROOT)/.cluster
-TEST_CLUSTER := CLUSTER_NAME=cache-test CLUSTER_DIR=$(ROOT)/.cluster-test
+# The test cluster's nodes cap CrashLoopBackOff at 10 s (the kubelet's maxContainerRestartPeriod):
+# the failover tests kill the same members ten times each.
+TEST_CLUSTER := CLUSTER_NAME=cache-test CLUSTER_DIR=$(ROOT)/.cluster-test MAX_RESTART_PERIOD=10s
 GO_TEST_FLAGS ?= -count=1
+# Every go command here builds as make cluster-bin does (no cgo, -trimpath). The build cache is keyed
+# on those flags, so the packages the operator shares with the cluster binaries (client-go,
+# apimachinery, k8s.io/api, gRPC, ...: the operator's go.mod pins the versions hack/go.work selects)
+# compile once, not once per command.
+GO := CGO_ENABLED=0 GOFLAGS="-trimpath $(shell go env GOFLAGS 2>/dev/null)" go
 
 .PHONY: help prereqs
 help: ## list the targets
@@ -36,7 +43,7 @@ RUN_ARGS ?=
 .PHONY: build install run up down
 build: ## build bin/cache-operator (replaced only when the build differs, so make up does not restart it needlessly)
 	@mkdir -p bin
-	CGO_ENABLED=0 go build -trimpath -o $(OPERATOR).new .
+	$(GO) build -o $(OPERATOR).new .
 	@if cmp -s $(OPERATOR).new $(OPERATOR); then rm $(OPERATOR).new; else mv $(OPERATOR).new $(OPERATOR); fi
 
 install: ## apply the CRD and the operator's namespace to the current kubeconfig ($$KUBECONFIG)
@@ -66,16 +73,15 @@ test: prereqs ## every test: unit tests (while the cluster binaries build), then
 	@$(MAKE) --no-print-directory test-e2e
 
 test-unit: ## unit and golden-file tests (no cluster), the operator's and the node agent's
-	go vet ./...
-	go test $(GO_TEST_FLAGS) ./...
-	@# With make cluster-bin's build flags, so that the build cache it filled serves these too.
-	cd hack/node && CGO_ENABLED=0 GOFLAGS=-trimpath go vet ./... && CGO_ENABLED=0 GOFLAGS=-trimpath go test $(GO_TEST_FLAGS) ./...
+	$(GO) vet ./...
+	$(GO) test $(GO_TEST_FLAGS) ./...
+	cd hack/node && $(GO) vet ./... && $(GO) test $(GO_TEST_FLAGS) ./...
 
 test-e2e: cluster-bin ## end-to-end tests on a fresh cluster cache-test (deleted afterwards)
 	@$(TEST_CLUSTER) hack/cluster/cluster.sh down >/dev/null
 	@$(TEST_CLUSTER) hack/cluster/cluster.sh up
-	$(E2E_ENV) go test $(GO_TEST_FLAGS) -p 1 -timeout 45m -v ./e2e/... ./bench/
-	$(E2E_ENV) CACHE_E2E_LIFECYCLE=1 go test $(GO_TEST_FLAGS) -v -run TestClusterLifecycle ./e2e/lifecycle/
+	$(E2E_ENV) $(GO) test $(GO_TEST_FLAGS) -p 1 -timeout 45m -v ./e2e/... ./bench/
+	$(E2E_ENV) CACHE_E2E_LIFECYCLE=1 $(GO) test $(GO_TEST_FLAGS) -v -run TestClusterLifecycle ./e2e/lifecycle/
 
 E2E_ENV := CACHE_E2E=1 CACHE_E2E_CLUSTER_DIR=$(ROOT)/.cluster-test CACHE_E2E_CLUSTER_NAME=cache-test
 
@@ -85,4 +91,4 @@ RUNS ?= 1
 FOREIGN ?= 0
 .PHONY: bench
 bench: build cluster-bin ## N caches on a fresh KWOK cluster against the oracle (N=100,300,1000 RUNS=3 FOREIGN=10000 ...); see BENCHMARKS.md
-	go run ./bench -n "$(N)" -runs $(RUNS) -foreign $(FOREIGN)
+	$(GO) run ./bench -n "$(N)" -runs $(RUNS) -foreign $(FOREIGN)

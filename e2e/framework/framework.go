@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -47,11 +46,28 @@ type Cluster struct {
 	Dynamic dynamic.Interface
 }
 
-// RepoRoot returns the repository's root folder.
+// RepoRoot returns the repository's root folder: the nearest folder at or above the working
+// directory (a test's package folder, or where `go run ./bench` started) whose go.mod is this
+// module's. Source paths are not used: builds are -trimpath (see the Makefile).
 func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	dir, err := os.Getwd()
+	if err != nil {
+		panic(fmt.Sprintf("framework: the working directory: %v", err))
+	}
+	for {
+		if mod, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(mod, []byte("module "+modulePath+"\n")) {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			panic("framework: no folder at or above the working directory holds the go.mod of " + modulePath)
+		}
+		dir = parent
+	}
 }
+
+// modulePath is the repository's Go module.
+const modulePath = "example.com/cache-operator"
 
 // Setup connects to the test cluster, or skips the test when end-to-end tests are not enabled.
 func Setup(t testing.TB) *Cluster {

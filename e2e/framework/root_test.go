@@ -1,0 +1,23 @@
+package framework
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// RepoRoot finds the repository from a package folder without source paths, which -trimpath
+// builds do not have.
+func TestRepoRoot(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Clean(filepath.Join(wd, "..", ".."))
+	if got := RepoRoot(); got != want {
+		t.Errorf("RepoRoot() from %s = %q; want %q", wd, got, want)
+	}
+	if _, err := os.Stat(filepath.Join(RepoRoot(), "hack", "cluster", "cluster.sh")); err != nil {
+		t.Errorf("the root has no hack/cluster/cluster.sh: %v", err)
+	}
+}
