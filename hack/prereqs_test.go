@@ -13,7 +13,7 @@ import (
 // them), so that the script sees a machine that lacks the others.
 func pathWith(t *testing.T, names ...string) string {
 	t.Helper()
-	dir := t.TempDir()
+	dir := sharedDir(t)
 	for _, n := range names {
 		p, err := exec.LookPath(n)
 		if err != nil {
@@ -26,10 +26,31 @@ func pathWith(t *testing.T, names ...string) string {
 	return dir
 }
 
+// sharedDir is a temporary folder that other users may read and enter (t.TempDir's are the
+// test user's alone), for the script run as another user.
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "prereqs-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// runPrereqs runs a copy of prereqs.sh (in a folder any user can read: the clone may be in a home
+// only root can enter) with the given PATH, as prefix says (setpriv, for another user).
 func runPrereqs(t *testing.T, path string, prefix []string, args ...string) (string, int) {
 	t.Helper()
-	script, err := filepath.Abs("prereqs.sh")
+	text, err := os.ReadFile("prereqs.sh")
 	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(sharedDir(t), "prereqs.sh")
+	if err := os.WriteFile(script, text, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	argv := append(append(prefix, "/bin/bash", script), args...)
