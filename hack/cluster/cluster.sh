@@ -130,6 +130,8 @@ write_kwokctl_config() {
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
 options:
+  # Ours, not a download (kwokctl otherwise fetches one from dl.k8s.io when none is on the PATH).
+  kubectlBinary: "$bin/kubectl"
   heartbeatFactor: 1
   kubeControllerManagerNodeMonitorPeriodMilliseconds: 2000
   kubeControllerManagerNodeMonitorGracePeriodMilliseconds: 25000
