@@ -84,6 +84,10 @@ mount --bind "$r" "$r"
 mount -t proc proc "$r/proc"
 mount --rbind /sys "$r/sys"
 mount --rbind /dev "$r/dev"
+# Slaves, so that unmounting them afterwards never reaches this machine's own /sys and /dev
+# where / is shared (systemd's default).
+mount --make-rslave "$r/sys"
+mount --make-rslave "$r/dev"
 mount -t tmpfs tmpfs "$r/run"
 trap 'unmount "$r"' EXIT
 chroot "$r" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
