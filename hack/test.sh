@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# make test: the cluster binaries' build and then the end-to-end tests, with the unit tests
+# (make test-unit) beside both at the lowest CPU priority (nice 19).
+#
+# Why: the unit tests need no cluster, but they cost about 540 CPU seconds (vet, test builds,
+# links). Run beside the build at the same priority, they took half the build's two cores and
+# delayed the end-to-end start by minutes; at nice 19 they take what the build's single-threaded
+# links and the end-to-end tests' waiting leave idle. Their output goes to .test/unit.log and is
+# summed up at the end; any failure of either fails make test.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+make=${MAKE:-make}
+mkdir -p .test
+log=.test/unit.log
+
+start=$SECONDS
+echo "test: unit tests (make test-unit) start beside the build and the end-to-end tests, at nice 19; log: $log"
+(
+	rc=0
+	nice -n 19 "$make" --no-print-directory test-unit >"$log" 2>&1 || rc=$?
+	if [[ $rc == 0 ]]; then
+		echo "test: unit tests passed in $((SECONDS - start))s ($log)"
+	else
+		echo "test: unit tests FAILED (exit $rc) after $((SECONDS - start))s; see $log"
+	fi
+	exit "$rc"
+) &
+unit=$!
+# On an interrupt, the unit tests stop too.
+trap 'kill "$unit" 2>/dev/null; wait "$unit" 2>/dev/null; exit 130' INT TERM
+
+e2e=0
+"$make" --no-print-directory test-e2e || e2e=$? # builds the cluster binaries first
+
+if kill -0 "$unit" 2>/dev/null; then
+	echo "test: waiting for the unit tests ($log) ..."
+fi
+unit_rc=0
+wait "$unit" || unit_rc=$?
+trap - INT TERM
+
+echo "test: unit test packages:"
+grep -E '^(ok|FAIL|---|panic:)' "$log" | sed 's/^/  /' || true
+if [[ $unit_rc != 0 ]]; then
+	echo "test: the unit tests failed; their log ($log) ends:"
+	tail -n 150 "$log"
+fi
+if [[ $e2e != 0 ]]; then
+	echo "test: the build or the end-to-end tests failed (exit $e2e)"
+fi
+echo "test: finished in $((SECONDS - start))s: unit tests $([[ $unit_rc == 0 ]] && echo passed || echo FAILED), build and end-to-end $([[ $e2e == 0 ]] && echo passed || echo FAILED)"
+[[ $unit_rc == 0 && $e2e == 0 ]]
