@@ -121,9 +121,11 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 			logger.V(2).Info("Child", "object", ssa.ObjectID(want), "outcome", outcome)
 			continue
 		}
-		if apierrors.IsConflict(err) {
-			// Someone wrote the child between our read and our write: the next pass sees it.
-			logger.V(2).Info("Child changed meanwhile; retrying", "object", ssa.ObjectID(want))
+		if apierrors.IsConflict(err) || errors.Is(err, errStaleCache) {
+			// Someone wrote the child between our read and our write, or the informer has not yet
+			// seen a child that exists (just created, by this process or a leader before it): the
+			// next pass sees it. Neither is a failure to report.
+			logger.V(2).Info("Child changed meanwhile; retrying", "object", ssa.ObjectID(want), "why", err.Error())
 			retry = errors.Join(retry, err)
 			continue
 		}
