@@ -29,8 +29,15 @@ unit=$!
 # On an interrupt, the unit tests stop too.
 trap 'kill "$unit" 2>/dev/null; wait "$unit" 2>/dev/null; exit 130' INT TERM
 
-e2e=0
-"$make" --no-print-directory test-e2e || e2e=$? # builds the cluster binaries first
+e2e=0 built=""
+if "$make" --no-print-directory cluster-bin; then
+	built=$SECONDS
+	echo "test: the cluster binaries are ready after $((built - start))s; the end-to-end tests start"
+	"$make" --no-print-directory test-e2e || e2e=$?
+else
+	e2e=$?
+fi
+ended=$SECONDS
 
 if kill -0 "$unit" 2>/dev/null; then
 	echo "test: waiting for the unit tests ($log) ..."
@@ -47,6 +54,9 @@ if [[ $unit_rc != 0 ]]; then
 fi
 if [[ $e2e != 0 ]]; then
 	echo "test: the build or the end-to-end tests failed (exit $e2e)"
+fi
+if [[ -n $built ]]; then
+	echo "test: the build took $((built - start))s, the end-to-end tests $((ended - built))s"
 fi
 echo "test: finished in $((SECONDS - start))s: unit tests $([[ $unit_rc == 0 ]] && echo passed || echo FAILED), build and end-to-end $([[ $e2e == 0 ]] && echo passed || echo FAILED)"
 [[ $unit_rc == 0 && $e2e == 0 ]]
