@@ -26,8 +26,9 @@ echo "test: unit tests (make test-unit) start beside the build and the end-to-en
 	exit "$rc"
 ) &
 unit=$!
-# On an interrupt, the unit tests stop too.
-trap 'kill "$unit" 2>/dev/null; wait "$unit" 2>/dev/null; exit 130' INT TERM
+# Stopped (Ctrl-C, or a timeout's SIGTERM), the unit tests and their go processes stop too: they
+# are in this script's process group.
+trap 'trap - INT TERM; kill 0 2>/dev/null; exit 130' INT TERM
 
 e2e=0 built=""
 if "$make" --no-print-directory cluster-bin; then
