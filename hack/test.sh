@@ -30,11 +30,18 @@ unit=$!
 # are in this script's process group.
 trap 'trap - INT TERM; kill 0 2>/dev/null; exit 130' INT TERM
 
+# fg runs a command in the background and waits for it, so that a signal reaches the trap at once
+# (bash runs traps only after a foreground command ends).
+fg() {
+	"$@" &
+	wait $!
+}
+
 e2e=0 built=""
-if "$make" --no-print-directory cluster-bin; then
+if fg "$make" --no-print-directory cluster-bin; then
 	built=$SECONDS
 	echo "test: the cluster binaries are ready after $((built - start))s; the end-to-end tests start"
-	"$make" --no-print-directory test-e2e || e2e=$?
+	fg "$make" --no-print-directory test-e2e || e2e=$?
 else
 	e2e=$?
 fi
