@@ -23,6 +23,8 @@ quarters of the memory limit, or half the volume.
 {{- define "redis.live.conf" -}}
 maxmemory {{ .Spec.Eviction.MaxMemoryBytes }}
 maxmemory-policy {{ .Spec.Eviction.Policy }}
+min-replicas-to-write {{ .Spec.Fence.MinReplicas }}
+min-replicas-max-lag {{ .Spec.Fence.MaxLagSeconds }}
 {{- end }}
 
 {{/* server: the program name stem of the engine (redis-server, valkey-server, ...-cli). */}}
@@ -43,6 +45,18 @@ them. */}}
 
 {{- define "probe.alive" -}}
 {{ include "probe.cli" . }} ping | grep -qE 'PONG|LOADING'
+{{- end }}
+
+{{/* probe.handover: the preStop hook. A member that is the primary when its pod is deleted, evicted
+or scaled away waits (up to the grace period, less 5 s for the shutdown) until the operator has
+handed its role to the most caught-up replica (FAILOVER TO), so that a planned removal loses
+nothing; a replica stops at once. */}}
+{{- define "grace" -}}
+30
+{{- end }}
+
+{{- define "probe.handover" -}}
+end=$(( $(date +%s) + {{ sub (include "grace" . | atoi) 5 }} )); while [ "$(date +%s)" -lt "$end" ]; do case "$({{ include "probe.cli" . }} role 2>/dev/null | head -n 1)" in master) sleep 0.2 ;; *) exit 0 ;; esac; done
 {{- end }}
 
 {{- define "probe.ready" -}}

@@ -29,6 +29,49 @@ type Spec struct {
 	// FailoverDelay is how long the primary may be unreachable or not ready before a replica
 	// replaces it (spec.failover.delaySeconds).
 	FailoverDelay time.Duration
+	// Fence is how a primary cut off from its replicas stops taking writes.
+	Fence Fence
+}
+
+// Fence bounds what a primary cut off from its replicas can acknowledge (min-replicas-to-write,
+// min-replicas-max-lag): it refuses writes once fewer than MinReplicas replicas have acknowledged
+// the stream within MaxLagSeconds. A primary the operator replaced while it was cut off therefore
+// takes writes for at most MaxLagSeconds (and a little: the lag is counted in whole seconds).
+type Fence struct {
+	// MinReplicas is spec.failover.minReplicasToWrite, at most Replicas-1 (a larger value is
+	// clamped, so that a scale-down never leaves a cache that refuses every write). Unset: 1 from
+	// 3 members on, 0 below (at 2 members a fence would stop writes whenever the one replica
+	// restarts: the user chooses, README "Write safety").
+	MinReplicas int64
+	// MaxLagSeconds is spec.failover.maxLagSeconds (1-10, default 5).
+	MaxLagSeconds int64
+}
+
+// DefaultMaxLagSeconds is spec.failover.maxLagSeconds when unset.
+const DefaultMaxLagSeconds = 5
+
+// fenceFor reads spec.failover's fence fields of a cache of replicas members.
+func fenceFor(failover map[string]interface{}, replicas int64) (Fence, error) {
+	f := Fence{MaxLagSeconds: DefaultMaxLagSeconds}
+	if replicas >= 3 {
+		f.MinReplicas = 1
+	}
+	if _, set := failover["minReplicasToWrite"]; set {
+		n, err := intField(failover, "minReplicasToWrite")
+		if err != nil || n < 0 || n > 8 {
+			return f, fmt.Errorf("spec.failover.minReplicasToWrite: must be an integer between 0 and 8, got %v", failover["minReplicasToWrite"])
+		}
+		f.MinReplicas = n
+	}
+	if _, set := failover["maxLagSeconds"]; set {
+		n, err := intField(failover, "maxLagSeconds")
+		if err != nil || n < 1 || n > 10 {
+			return f, fmt.Errorf("spec.failover.maxLagSeconds: must be an integer between 1 and 10, got %v", failover["maxLagSeconds"])
+		}
+		f.MaxLagSeconds = n
+	}
+	f.MinReplicas = min(f.MinReplicas, replicas-1)
+	return f, nil
 }
 
 // Engine names the cache server program (spec.engine): redis or valkey, and its version.
@@ -133,6 +176,10 @@ func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
 			return s, fmt.Errorf("spec.failover.%s", strings.TrimPrefix(err.Error(), "spec."))
 		}
 		s.FailoverDelay = time.Duration(d) * time.Second
+	}
+	failover, _ := spec["failover"].(map[string]interface{})
+	if s.Fence, err = fenceFor(failover, s.Replicas); err != nil {
+		return s, err
 	}
 	if s.FailoverDelay < time.Second || s.FailoverDelay > 300*time.Second {
 		return s, fmt.Errorf("spec.failover.delaySeconds: must be between 1 and 300, got %v", s.FailoverDelay.Seconds())
