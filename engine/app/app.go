@@ -107,6 +107,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	fenced := &fence{leaseDuration: cfg.LeaseDuration, renewDeadline: cfg.RenewDeadline}
 	ctrlDyn, ctrlKube := dyn, kube
 	if cfg.LeaderElect {
+		// The same fence guards the Redis commands that change members (package member).
+		cfg.Controller.MayWrite = fenced.mayWrite
 		fc := rest.CopyConfig(rc)
 		fc.Wrap(fenced.wrap)
 		if ctrlDyn, err = dynamic.NewForConfig(fc); err != nil {

@@ -68,6 +68,9 @@ type Options struct {
 	MemberWorkers int
 	// MemberPoll is how often each observed cache's members are read (default 1s).
 	MemberPoll time.Duration
+	// MayWrite, when set, is asked before every Redis command that changes a member (the lease
+	// fence of the API writes, package app).
+	MayWrite func() error
 	// Kube, if set, serves the informers of built-in kinds (children and pods) as typed objects,
 	// which a client configured for protobuf decodes at a fraction of the CPU of JSON into
 	// unstructured maps. Other kinds, and every kind when Kube is nil, use dynamic informers.
@@ -168,7 +171,7 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	}
 	// A member pass whose view changed has the cache's status rewritten.
 	c.members, err = dataplane.New(client, c.informers, recorder,
-		dataplane.Options{MemberNetworks: opts.MemberNetworks, Workers: opts.MemberWorkers, Poll: opts.MemberPoll}, c.queue.Add)
+		dataplane.Options{MemberNetworks: opts.MemberNetworks, Workers: opts.MemberWorkers, Poll: opts.MemberPoll, MayWrite: opts.MayWrite}, c.queue.Add)
 	if err != nil {
 		return nil, err
 	}
@@ -219,14 +222,15 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 			}
 		}()
 	}
-	c.members.Start(ctx)
+	// Member passes too: a switchover in flight when SIGTERM comes finishes (or is undone)
+	// within the grace, instead of being cut off after the old primary lost its label.
+	c.members.Start(work)
 	<-ctx.Done()
 	c.queue.ShutDown()
 	c.members.ShutDown()
-	defer c.members.Wait()
 	stopped := make(chan struct{})
-	go func() { workers.Wait(); close(stopped) }()
-	klog.InfoS("Shutting down: finishing reconciles in flight", "grace", c.opts.ShutdownGrace, "queued", c.queue.Len())
+	go func() { workers.Wait(); c.members.Wait(); close(stopped) }()
+	klog.InfoS("Shutting down: finishing reconciles and member passes in flight", "grace", c.opts.ShutdownGrace, "queued", c.queue.Len())
 	select {
 	case <-stopped:
 	case <-time.After(c.opts.ShutdownGrace):

@@ -57,18 +57,21 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 					"Primary %s restarted and no other member can take over; promoting it again", act.From)
 			} else {
 				c.recorder.Eventf(mc, corev1.EventTypeWarning, "FailoverStarted",
-					"Primary %s is gone; promoting %s (the member with the most data), losing %d bytes of replication lag", act.From, act.Primary, act.LostBytes)
+					"Primary %s is gone; promoting %s (the most caught-up member), which was %d bytes behind it at the last poll; what %s acknowledged since, if it comes back, is counted then (WritesDiscarded)",
+					act.From, act.Primary, act.LostBytes, act.From)
 			}
-			logger.Info("Failover", "from", act.From, "to", act.Primary, "lostBytes", act.LostBytes)
-			// A former primary that still answers as master is paused before the promotion: the
-			// writes it would take through old connections could not reach the new primary.
-			if old, ok := byName[act.From]; ok && old.IsPrimary() {
-				if err := member.PauseWrites(ctx, client(old), 10*time.Second); err != nil {
-					logger.Info("Could not pause the old primary", "member", old.Name, "err", err)
-				}
-			}
+			logger.Info("Failover", "from", act.From, "to", act.Primary, "lagAtLastPoll", act.LostBytes)
 		} else {
 			logger.Info("Electing a primary", "member", act.Primary, "keys", p.Repl.Keys, "offset", p.Repl.Offset)
+		}
+		// Every other member that still answers as master is paused first: the writes it would
+		// take through old connections could not reach the new primary.
+		for _, m := range members {
+			if m.Name != act.Primary && m.IsPrimary() {
+				if err := member.PauseWrites(ctx, client(m), 10*time.Second); err != nil {
+					logger.Info("Could not pause a member that says master", "member", m.Name, "err", err)
+				}
+			}
 		}
 		if err := member.Promote(ctx, client(p)); err != nil {
 			return acted, err
@@ -78,7 +81,7 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 			metrics.Failover("failover", time.Since(start))
 			defer func() {
 				c.recorder.Eventf(mc, corev1.EventTypeNormal, "FailoverCompleted",
-					"%s is the primary instead of %s, %.1fs after the primary was first seen gone; %d bytes of lag lost",
+					"%s is the primary instead of %s, %.1fs after the primary was first seen gone; it was %d bytes behind at the last poll",
 					act.Primary, act.From, time.Since(start).Seconds(), act.LostBytes)
 			}()
 		}
@@ -91,6 +94,16 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 	}
 	for _, name := range act.Follow {
 		m := byName[name]
+		if m.IsPrimary() {
+			// A deposed primary (cut off, or restarted on its own): what it took that the
+			// primary never had is counted and reported before it joins and drops it. Right
+			// after a promotion (it was paused first) the next pass does it, once the new
+			// primary's history records where it forked.
+			if act.Promote {
+				continue
+			}
+			c.depose(ctx, mc, m, p, client(m))
+		}
 		if err := member.Follow(ctx, client(m), p.IP, api.Port); err != nil {
 			logger.Info("Could not point a member at the primary; retrying", "member", name, "err", err)
 			continue
@@ -106,6 +119,34 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 		acted = true
 	}
 	return acted, nil
+}
+
+// depose readies a member that says master but is not the primary to follow p: it counts the
+// writes it took past the point where p's history forked from its own (roles.Discarded) and
+// reports them, in a Warning Event and cache_operator_writes_discarded_bytes_total, never as
+// nothing when it cannot tell; then it disconnects the member's clients, so that they reconnect
+// through the read-write Service instead of meeting READONLY on their old connection.
+func (c *Controller) depose(ctx context.Context, mc *unstructured.Unstructured, m, p roles.Member, cl *redis.Client) {
+	logger := klog.FromContext(ctx)
+	bytes, known := roles.Discarded(p.Repl, m.Repl)
+	switch {
+	case !known:
+		metrics.WritesDiscardedUnmeasured()
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, "WritesDiscarded",
+			"%s said master on a replication history %s does not continue (offset %d); it rejoins as a replica, and what it acknowledged apart from %s cannot be measured",
+			m.Name, p.Name, m.Repl.Offset, p.Name)
+	case bytes > 0:
+		metrics.WritesDiscarded(bytes)
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, "WritesDiscarded",
+			"%s acknowledged %d bytes of writes after %s took over from it (its offset %d, the fork at %d); it rejoins as a replica of %s and they are discarded",
+			m.Name, bytes, p.Name, m.Repl.Offset, p.Repl.SecondOffset-1, p.Name)
+	}
+	logger.Info("Deposing a member that says master", "member", m.Name, "primary", p.Name, "discardedBytes", bytes, "measured", known)
+	if n, err := member.DisconnectClients(ctx, cl); err != nil {
+		logger.Info("Could not disconnect the clients of a deposed primary", "member", m.Name, "err", err)
+	} else if n > 0 {
+		logger.Info("Disconnected the clients of a deposed primary", "member", m.Name, "clients", n)
+	}
 }
 
 // switchover hands the primary role from a live primary to target: the old primary leaves the

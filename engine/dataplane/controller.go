@@ -13,6 +13,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +38,9 @@ type Options struct {
 	Workers int
 	// Poll is how often each observed cache's members are read (default 1s).
 	Poll time.Duration
+	// MayWrite, when set, is asked before every command that changes a member (the lease
+	// fence: nil while this process leads with a fresh renewal).
+	MayWrite func() error
 }
 
 // Controller runs member passes: one rate-limited queue of cache keys (namespace/name), fed by
@@ -50,7 +54,9 @@ type Controller struct {
 	changed func(key string)
 
 	members workqueue.TypedRateLimitingInterface[string]
-	workers sync.WaitGroup
+	// stopping is set by ShutDown: passes in flight finish, queued ones do not start.
+	stopping atomic.Bool
+	workers  sync.WaitGroup
 	pool    *member.Pool
 	store   memberStore
 	// authFallback holds the addresses of members to reach as the clients' default user: the
@@ -72,7 +78,7 @@ func New(client dynamic.Interface, set *informers.Set, recorder record.EventReco
 		members: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "members"}),
-		pool: member.NewPool(),
+		pool: member.NewGuardedPool(opts.MayWrite),
 		store: memberStore{views: map[string]View{}, memory: map[string]*roleMemory{},
 			labels: map[string]labelExpectation{}, deleted: map[string]types.UID{}},
 	}
@@ -105,7 +111,8 @@ func (c *Controller) Enqueue(key string) { c.members.Add(key) }
 // process started).
 func (c *Controller) View(key string) (View, bool) { return c.store.view(key) }
 
-// Start runs member passes until ctx ends or ShutDown.
+// Start runs member passes until ShutDown (or ctx ends); each pass runs on ctx, which the caller
+// keeps open past ShutDown for a grace period so that a pass in flight finishes its steps.
 func (c *Controller) Start(ctx context.Context) {
 	for i := 0; i < c.opts.Workers; i++ {
 		c.workers.Add(1)
@@ -118,7 +125,10 @@ func (c *Controller) Start(ctx context.Context) {
 }
 
 // ShutDown takes no more passes; Wait then waits for those in flight and closes the connections.
-func (c *Controller) ShutDown() { c.members.ShutDown() }
+func (c *Controller) ShutDown() {
+	c.stopping.Store(true)
+	c.members.ShutDown()
+}
 
 // Wait waits for the passes in flight after ShutDown, then closes every connection to members.
 func (c *Controller) Wait() {
@@ -139,7 +149,7 @@ func (c *Controller) processNextMemberItem(ctx context.Context) bool {
 		return false
 	}
 	defer c.members.Done(key)
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || c.stopping.Load() {
 		return false
 	}
 	next, err := c.syncMembers(ctx, key)

@@ -79,14 +79,14 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	}
 	now := time.Now()
 	if p := roles.HealthyPrimary(members); p != nil {
-		mem.unhealthySince, mem.lastPrimaryOffset = time.Time{}, p.Repl.Offset
+		mem.unhealthySince, mem.lastPrimaryOffset, mem.lastPrimaryHistory = time.Time{}, p.Repl.Offset, p.Repl.ReplID
 	} else if mem.unhealthySince.IsZero() {
 		mem.unhealthySince = now
 	}
 	v := roles.View{
 		Now: now, Members: members, Delay: spec.FailoverDelay, UnhealthySince: mem.unhealthySince,
 		SwitchoverTo: mc.GetAnnotations()[api.SwitchoverAnnotation], UpdateRevision: updateRevision,
-		Replicas: int(spec.Replicas),
+		Replicas: int(spec.Replicas), History: mem.lastPrimaryHistory,
 	}
 	act := roles.Decide(v, mem.lastPrimaryOffset)
 	acted, err := c.act(ctx, mc, members, act, mem, cred)

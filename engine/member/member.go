@@ -54,6 +54,10 @@ type Replication struct {
 	// ReplID is the replication history the member is on (master_replid): offsets compare only
 	// between members on the same history.
 	ReplID string
+	// ReplID2 and SecondOffset are, on a member that was promoted, the history it continued
+	// (master_replid2) and the first offset of its own (second_repl_offset; -1: none).
+	ReplID2      string
+	SecondOffset int64
 	// PrimaryHost and PrimaryPort are the primary a replica follows (master_host, master_port).
 	PrimaryHost string
 	PrimaryPort int
@@ -70,6 +74,8 @@ type Replication struct {
 type Pool struct {
 	mu      sync.Mutex
 	clients map[string]pooled
+	// guard, when set, is asked before every command that changes a member (Mutates).
+	guard func() error
 }
 
 type pooled struct {
@@ -79,6 +85,12 @@ type pooled struct {
 
 // NewPool returns an empty pool.
 func NewPool() *Pool { return &Pool{clients: map[string]pooled{}} }
+
+// NewGuardedPool returns an empty pool whose clients ask guard before every command that changes
+// a member (Mutates), and fail it with guard's error.
+func NewGuardedPool(guard func() error) *Pool {
+	return &Pool{clients: map[string]pooled{}, guard: guard}
+}
 
 // Client returns the client of the member at addr (host:port), authenticating as the default user.
 func (p *Pool) Client(addr, password string) *redis.Client { return p.ClientAs(addr, "", password) }
@@ -103,6 +115,9 @@ func (p *Pool) ClientAs(addr, user, password string) *redis.Client {
 		// KiB per connection) would cost most of a gigabyte at 3,000 members.
 		ReadBufferSize: 4096, WriteBufferSize: 4096, PipelineReadBufferSize: 4096, PipelineWriteBufferSize: 4096,
 	})
+	if p.guard != nil {
+		c.AddHook(guardHook{guard: p.guard})
+	}
 	p.clients[addr] = pooled{c: c, user: user, password: password}
 	return c
 }
@@ -215,6 +230,19 @@ func PauseWrites(ctx context.Context, c *redis.Client, d time.Duration) error {
 	return nil
 }
 
+// DisconnectClients closes the member's normal client connections (CLIENT KILL TYPE normal; not
+// this one, not its replicas'), so that its clients reconnect through a Service. It returns how
+// many it closed.
+func DisconnectClients(ctx context.Context, c *redis.Client) (int64, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	n, err := c.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Int64()
+	if err != nil {
+		return 0, fmt.Errorf("member %s: CLIENT KILL TYPE normal: %w", c.Options().Addr, err)
+	}
+	return n, nil
+}
+
 // Settings reads the member's values of the named settings (CONFIG GET, one per name, pipelined
 // in one round trip). A name the server does not know is missing from the result.
 func Settings(ctx context.Context, c *redis.Client, names []string) (map[string]string, error) {
@@ -290,7 +318,8 @@ func ParseSettings(text string) (map[string]string, []string, error) {
 func ParseReplication(info string) (Replication, error) {
 	fields := infoFields(info)
 	var r Replication
-	r.ReplID = fields["master_replid"]
+	r.ReplID, r.ReplID2 = fields["master_replid"], fields["master_replid2"]
+	r.SecondOffset, _ = strconv.ParseInt(fields["second_repl_offset"], 10, 64)
 	switch Role(fields["role"]) {
 	case Primary:
 		r.Role = Primary

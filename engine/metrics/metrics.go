@@ -183,7 +183,26 @@ var (
 	})
 )
 
-func init() { Registry.MustRegister(memberPolls, failovers, failoverDuration, liveSettings) }
+var (
+	writesDiscarded = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cache_operator_writes_discarded_bytes_total",
+		Help: "Bytes of replication stream that deposed primaries acknowledged after another member took over, dropped when they rejoined as replicas (the Events WritesDiscarded name the cache).",
+	})
+	writesDiscardedUnmeasured = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cache_operator_writes_discarded_unmeasured_total",
+		Help: "Deposed primaries that rejoined as replicas from a replication history the primary does not continue: what they acknowledged apart could not be measured.",
+	})
+)
+
+func init() {
+	Registry.MustRegister(memberPolls, failovers, failoverDuration, liveSettings, writesDiscarded, writesDiscardedUnmeasured)
+}
+
+// WritesDiscarded records bytes of writes a deposed primary took that the primary never had.
+func WritesDiscarded(bytes int64) { writesDiscarded.Add(float64(bytes)) }
+
+// WritesDiscardedUnmeasured records a deposed primary whose discarded writes could not be measured.
+func WritesDiscardedUnmeasured() { writesDiscardedUnmeasured.Inc() }
 
 // LiveSettingsApplied records n settings given to a member's server.
 func LiveSettingsApplied(n int) { liveSettings.Add(float64(n)) }

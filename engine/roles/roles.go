@@ -77,6 +77,9 @@ type View struct {
 	UpdateRevision string
 	// Replicas is spec.replicas: members at or above it are on their way out.
 	Replicas int
+	// History is the replication ID of the last healthy primary the pass saw ("": none since
+	// the operator started; then the history most members holding data share).
+	History string
 }
 
 // Action is what a member pass does next. At most one of Promote (a failover or a first
@@ -112,6 +115,7 @@ const (
 	ReasonMemberUnreachable  = "MemberUnreachable"
 	ReasonReplicaNotInSync   = "ReplicaNotInSync"
 	ReasonRolling            = "RollingRestart"
+	ReasonHandingOver        = "HandingOver"
 	ReasonHealthy            = "AllMembersHealthy"
 )
 
@@ -123,9 +127,12 @@ const (
 //     whose server reports replica has restarted (members always start as replicas), and one
 //     whose container is not running or whose pod is being deleted is down: either is gone at
 //     once. One that does not answer is gone after Delay.
-//   - A gone primary is replaced by the member with the most data: members holding keys before
-//     empty ones (an empty restart never wins while another member holds data), then the highest
-//     replication offset, then the most keys, then the lowest ordinal.
+//   - A labelled primary whose pod is being deleted (a delete, an eviction, a scale-down) while
+//     its server still says master hands over (FAILOVER TO) to the most caught-up replica in
+//     sync with it; its preStop hook holds the pod until then.
+//   - A gone primary is replaced by the member with the most of its history: the highest
+//     replication offset among the members on the old primary's replication ID, then data, then
+//     the most keys, then the lowest ordinal (bestCandidate).
 //   - With no labelled primary (a new cache, or one made before roles), a member whose server
 //     already reports master with data is kept; otherwise the best member is promoted, once every
 //     member answered or Delay passed.
@@ -140,6 +147,31 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 		byName[m.Name] = m
 		if m.Label == api.RolePrimary {
 			labelled = append(labelled, m)
+		}
+	}
+	history := v.History
+	if history == "" {
+		history = commonHistory(v.Members)
+	}
+	// A planned removal (the primary's pod deleted, evicted or scaled away) while its server
+	// still runs: hand over to the most caught-up replica in sync with it, which the pod's
+	// preStop hook waits for, instead of a failover at whatever offset the replicas have.
+	for _, m := range labelled {
+		if !m.Deleting || m.Stopped || !m.IsPrimary() {
+			continue
+		}
+		var inSync []Member
+		for _, r := range v.Members {
+			if r.Name != m.Name && r.Observed && !r.Deleting && r.Repl.Role == member.Replica && r.Repl.LinkUp &&
+				r.Repl.PrimaryHost == m.IP && r.Repl.PrimaryPort == api.Port {
+				inSync = append(inSync, r)
+			}
+		}
+		if t, ok := bestCandidate(inSync, "", m.Repl.ReplID); ok {
+			act.Primary, act.SwitchTo, act.From = m.Name, t.Name, m.Name
+			act.Degraded, act.DegradedMessage = ReasonHandingOver, fmt.Sprintf("primary %s is being removed; handing over to %s", m.Name, t.Name)
+			act.Labels = map[string]string{}
+			return act
 		}
 	}
 	primary := HealthyPrimary(v.Members)
@@ -183,7 +215,7 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 			act.Labels = map[string]string{}
 			return act
 		}
-		best, ok := bestCandidate(v.Members, from)
+		best, ok := bestCandidate(v.Members, from, history)
 		if !ok {
 			act.Degraded, act.DegradedMessage = ReasonNoPrimary, "no member answers; nothing to promote"
 			act.WaitUntil = v.Now.Add(v.Delay)
@@ -275,7 +307,7 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 				staying = append(staying, m)
 			}
 		}
-		if t, ok := bestCandidate(staying, ""); ok {
+		if t, ok := bestCandidate(staying, "", history); ok {
 			act.SwitchTo, act.From = t.Name, act.Primary
 			return act
 		}
@@ -303,7 +335,7 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 			updated = append(updated, m)
 		}
 	}
-	if t, ok := bestCandidate(updated, ""); ok {
+	if t, ok := bestCandidate(updated, "", history); ok {
 		act.SwitchTo, act.From = t.Name, act.Primary
 		return act
 	}
@@ -311,9 +343,13 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 	return act
 }
 
-// bestCandidate ranks the members that answer (all but exclude, unless it is the only one) and
-// returns the one with the most data.
-func bestCandidate(members []Member, exclude string) (Member, bool) {
+// bestCandidate returns the member to promote or hand over to among those that answer (all but
+// exclude, unless it is the only one): the highest replication offset among the members on the
+// replication history given (the old primary's ID: offsets compare only within one history),
+// then, on a tie or with no history known, the member holding keys, the most keys, and the lowest
+// ordinal. A member that restarted empty starts a new history at offset 0, so it never wins while
+// a member of the old history answers.
+func bestCandidate(members []Member, exclude, history string) (Member, bool) {
 	var cands []Member
 	var excluded *Member
 	for i, m := range members {
@@ -332,13 +368,20 @@ func bestCandidate(members []Member, exclude string) (Member, bool) {
 	if len(cands) == 0 {
 		return Member{}, false
 	}
+	onHistory := func(m Member) bool { return history != "" && m.Repl.ReplID == history }
 	sort.SliceStable(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]
-		if (a.Repl.Keys > 0) != (b.Repl.Keys > 0) {
-			return a.Repl.Keys > 0
+		if onHistory(a) != onHistory(b) {
+			return onHistory(a)
+		}
+		if !onHistory(a) && (a.Repl.Keys > 0) != (b.Repl.Keys > 0) {
+			return a.Repl.Keys > 0 // off the history, offsets mean nothing: data first
 		}
 		if a.Repl.Offset != b.Repl.Offset {
 			return a.Repl.Offset > b.Repl.Offset
+		}
+		if (a.Repl.Keys > 0) != (b.Repl.Keys > 0) {
+			return a.Repl.Keys > 0
 		}
 		if a.Repl.Keys != b.Repl.Keys {
 			return a.Repl.Keys > b.Repl.Keys
@@ -346,4 +389,40 @@ func bestCandidate(members []Member, exclude string) (Member, bool) {
 		return a.Ordinal < b.Ordinal
 	})
 	return cands[0], true
+}
+
+// commonHistory is the replication history most members that answer and hold keys share (on a
+// tie, the one reaching the highest offset): the old primary's, when the operator has not seen it
+// (it started after the primary was lost). "" when no member holding keys answers.
+func commonHistory(members []Member) string {
+	count, reach := map[string]int{}, map[string]int64{}
+	for _, m := range members {
+		if m.Observed && m.Repl.Keys > 0 && m.Repl.ReplID != "" {
+			count[m.Repl.ReplID]++
+			reach[m.Repl.ReplID] = max(reach[m.Repl.ReplID], m.Repl.Offset)
+		}
+	}
+	best := ""
+	for id, n := range count {
+		if best == "" || n > count[best] || (n == count[best] && (reach[id] > reach[best] || (reach[id] == reach[best] && id < best))) {
+			best = id
+		}
+	}
+	return best
+}
+
+// Discarded returns how much of its replication stream a deposed primary took that the current
+// primary never had: the bytes it wrote past the point where primary's history forked from its
+// own (primary's second replication ID and offset, which a promotion records). known is false when
+// the two histories are not related that way (the deposed one restarted on a history of its own),
+// and the amount cannot be measured.
+func Discarded(primary, deposed member.Replication) (bytes int64, known bool) {
+	if deposed.ReplID == "" || primary.ReplID2 != deposed.ReplID || primary.SecondOffset <= 0 {
+		if deposed.ReplID != "" && deposed.ReplID == primary.ReplID {
+			return 0, true // the same history: nothing taken apart from it
+		}
+		return 0, false
+	}
+	// second_repl_offset is the first offset of the new history: the fork is one byte before.
+	return max(0, deposed.Offset-(primary.SecondOffset-1)), true
 }

@@ -72,8 +72,12 @@ func TestDecideRoles(t *testing.T) {
 			members:  []Member{m(0, "primary", replicaOf(rw, 0, 0, false)), m(1, "replica", replicaOf(p0, 50, 7, false))},
 			since:    now,
 			wantPrim: "c-1", promote: true, follow: []string{"c-0"}, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: ReasonFailingOver},
-		{name: "a replica that restarted empty and has the highest offset loses to one with data",
-			members:  []Member{m(0, "primary", nil), m(1, "replica", replicaOf(rw, 500, 0, false)), m(2, "replica", replicaOf(p0, 40, 3, false))},
+		{name: "a replica that restarted empty (a history of its own) and has the highest offset loses to one on the old history",
+			members: func() []Member {
+				r := replicaOf(rw, 500, 0, false)
+				r.ReplID = "h9"
+				return []Member{m(0, "primary", nil), m(1, "replica", r), m(2, "replica", replicaOf(p0, 40, 3, false))}
+			}(),
 			since:    now.Add(-4 * time.Second),
 			wantPrim: "c-2", promote: true, follow: []string{"c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"}, degraded: ReasonFailingOver},
 		{name: "primary's container stopped (not yet restarted): replaced at once",
@@ -135,6 +139,44 @@ func TestDecideRoles(t *testing.T) {
 		{name: "roll a cache of one: the pod is deleted",
 			members:  []Member{m(0, "primary", primaryRepl(100, 5))},
 			revision: "r2", wantPrim: "c-0", del: "c-0", labels: map[string]string{}, degraded: ReasonRolling},
+		{name: "election by history: the highest offset on the old primary's history wins, keys only break ties",
+			members: func() []Member {
+				a, b := replicaOf(p0, 90, 5, false), replicaOf(p0, 100, 4, false)
+				return []Member{m(0, "primary", nil), m(1, "replica", a), m(2, "replica", b)}
+			}(),
+			since: now.Add(-4 * time.Second), lastOff: 100,
+			wantPrim: "c-2", promote: true, follow: []string{"c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"}, degraded: ReasonFailingOver},
+		{name: "election by history: a member holding more keys on another history loses",
+			members: func() []Member {
+				other := replicaOf(p0, 900, 50, false)
+				other.ReplID = "h7"
+				return []Member{m(0, "primary", nil), m(1, "replica", other), m(2, "replica", replicaOf(p0, 80, 5, false))}
+			}(),
+			since: now.Add(-4 * time.Second), lastOff: 100,
+			wantPrim: "c-2", promote: true, follow: []string{"c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"}, degraded: ReasonFailingOver, lostBytes: 20},
+		{name: "the primary's pod is being deleted while its server runs: hand over to the most caught-up replica in sync",
+			members: func() []Member {
+				a := m(0, "primary", primaryRepl(100, 5))
+				a.Deleting = true
+				return []Member{a, m(1, "replica", replicaOf(p0, 90, 5, true)), m(2, "replica", replicaOf(p0, 95, 5, true))}
+			}(),
+			wantPrim: "c-0", switchTo2: "c-2", labels: map[string]string{}, degraded: ReasonHandingOver},
+		{name: "the primary's pod is being deleted and no replica is in sync with it: a failover",
+			members: func() []Member {
+				a := m(0, "primary", primaryRepl(100, 5))
+				a.Deleting = true
+				return []Member{a, m(1, "replica", replicaOf(p0, 90, 5, false))}
+			}(),
+			since:    now,
+			wantPrim: "c-1", promote: true, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: ReasonFailingOver, lostBytes: 0},
+		{name: "the primary's pod is being deleted and its server stopped: a failover",
+			members: func() []Member {
+				a := m(0, "primary", nil)
+				a.Deleting, a.Stopped = true, true
+				return []Member{a, m(1, "replica", replicaOf(p0, 90, 5, false))}
+			}(),
+			since:    now,
+			wantPrim: "c-1", promote: true, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: ReasonFailingOver},
 		{name: "scale-down removes the primary's ordinal: hand over first",
 			members:  []Member{m(0, "replica", replicaOf("198.18.0.3", 100, 5, true)), m(1, "replica", replicaOf("198.18.0.3", 100, 5, true)), m(2, "primary", primaryRepl(100, 5))},
 			replicas: 2, wantPrim: "c-2", switchTo2: "c-0", labels: map[string]string{}},
@@ -150,7 +192,7 @@ func TestDecideRoles(t *testing.T) {
 				rev = "r1"
 			}
 			got := Decide(View{Now: now, Members: tc.members, Delay: delay, UnhealthySince: tc.since,
-				SwitchoverTo: tc.switchTo, UpdateRevision: rev, Replicas: replicas}, tc.lastOff)
+				SwitchoverTo: tc.switchTo, UpdateRevision: rev, Replicas: replicas, History: "h1"}, tc.lastOff)
 			if got.Primary != tc.wantPrim || got.Promote != tc.promote || got.SwitchTo != tc.switchTo2 || got.Delete != tc.del ||
 				!reflect.DeepEqual(got.Follow, tc.follow) || !reflect.DeepEqual(got.Labels, tc.labels) ||
 				got.Degraded != tc.degraded || got.LostBytes != tc.lostBytes {
@@ -160,5 +202,47 @@ func TestDecideRoles(t *testing.T) {
 					tc.wantPrim, tc.promote, tc.switchTo2, tc.del, tc.follow, tc.labels, tc.degraded, tc.lostBytes)
 			}
 		})
+	}
+}
+
+// Without a remembered history (the operator started after the primary was lost), the history
+// most members holding data share stands in for it.
+func TestCommonHistory(t *testing.T) {
+	a, b, c := replicaOf("x", 10, 5, false), replicaOf("x", 12, 5, false), replicaOf("x", 900, 5, false)
+	c.ReplID = "h2"
+	empty := replicaOf("x", 5000, 0, false)
+	empty.ReplID = "h3"
+	members := []Member{m(0, "replica", a), m(1, "replica", b), m(2, "replica", c), m(3, "replica", empty), m(4, "replica", nil)}
+	if got := commonHistory(members); got != "h1" {
+		t.Errorf("commonHistory = %q; want h1 (two members with keys)", got)
+	}
+	if got := commonHistory([]Member{m(0, "replica", empty)}); got != "" {
+		t.Errorf("commonHistory of an empty member = %q; want none", got)
+	}
+	best, _ := bestCandidate(members, "", commonHistory(members))
+	if best.Name != "c-1" {
+		t.Errorf("best without a remembered history: %s; want c-1 (highest offset on h1)", best.Name)
+	}
+}
+
+// Discarded measures what a deposed primary took past the fork of the new primary's history.
+func TestDiscarded(t *testing.T) {
+	promoted := member.Replication{Role: member.Primary, ReplID: "h2", ReplID2: "h1", SecondOffset: 1001, Offset: 5000}
+	for _, tc := range []struct {
+		name    string
+		deposed member.Replication
+		bytes   int64
+		known   bool
+	}{
+		{"took 500 bytes after the fork", member.Replication{Role: member.Primary, ReplID: "h1", Offset: 1500}, 500, true},
+		{"took nothing after the fork", member.Replication{Role: member.Primary, ReplID: "h1", Offset: 1000}, 0, true},
+		{"behind the fork", member.Replication{Role: member.Primary, ReplID: "h1", Offset: 900}, 0, true},
+		{"already on the primary's history", member.Replication{Role: member.Primary, ReplID: "h2", Offset: 4000}, 0, true},
+		{"a history of its own (restarted)", member.Replication{Role: member.Primary, ReplID: "h9", Offset: 70}, 0, false},
+	} {
+		b, k := Discarded(promoted, tc.deposed)
+		if b != tc.bytes || k != tc.known {
+			t.Errorf("%s: %d bytes, known %v; want %d, %v", tc.name, b, k, tc.bytes, tc.known)
+		}
 	}
 }
