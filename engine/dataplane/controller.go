@@ -57,8 +57,8 @@ type Controller struct {
 	// stopping is set by ShutDown: passes in flight finish, queued ones do not start.
 	stopping atomic.Bool
 	workers  sync.WaitGroup
-	pool    *member.Pool
-	store   memberStore
+	pool     *member.Pool
+	store    memberStore
 	// authFallback holds the addresses of members to reach as the clients' default user: the
 	// internal user was refused (a member an older operator started, until applyAuth makes it).
 	authFallback sync.Map

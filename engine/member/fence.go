@@ -72,4 +72,3 @@ func (h guardHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 var _ redis.Hook = guardHook{}
-
