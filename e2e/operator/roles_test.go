@@ -2,15 +2,12 @@ package operator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -132,209 +129,6 @@ func waitWhole(t *testing.T, c *framework.Cluster, ns, cache string, n int64, ti
 			fmt.Sprintf("status.primary %q, labelled %v, Degraded %s", sp, labelled, degraded), nil
 	})
 	return primary
-}
-
-// writer writes SET w:<n> <n> through addr as fast as one connection allows, bounded in count and
-// time, and records every outcome.
-type writer struct {
-	mu     sync.Mutex
-	events []writeEvent
-	acked  map[int]time.Time
-	stop   chan struct{}
-	done   chan struct{}
-}
-
-type writeEvent struct {
-	at  time.Time
-	ok  bool
-	err string
-}
-
-func startWriter(t *testing.T, addr, pw string, maxWrites int, maxTime time.Duration) *writer {
-	w := &writer{acked: map[int]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		cl := newClient(addr, pw)
-		defer cl.Close()
-		deadline := time.Now().Add(maxTime)
-		for n := 0; n < maxWrites && time.Now().Before(deadline); n++ {
-			select {
-			case <-w.stop:
-				return
-			default:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			err := cl.Set(ctx, "w:"+strconv.Itoa(n), n, 0).Err()
-			cancel()
-			now := time.Now()
-			w.mu.Lock()
-			ev := writeEvent{at: now, ok: err == nil}
-			if err != nil {
-				ev.err = err.Error()
-			} else {
-				w.acked[n] = now
-			}
-			w.events = append(w.events, ev)
-			w.mu.Unlock()
-			if err != nil {
-				time.Sleep(20 * time.Millisecond) // pacing retries of a failed write, not synchronisation
-			} else {
-				time.Sleep(2 * time.Millisecond) // a steady writer, not a flood
-			}
-		}
-	}()
-	t.Cleanup(w.halt)
-	return w
-}
-
-func (w *writer) halt() {
-	select {
-	case <-w.stop:
-	default:
-		close(w.stop)
-	}
-	<-w.done
-}
-
-// recoveredAfter returns how long after t0 writes succeeded again: the first success that follows
-// a failure after t0 (0 if no write failed after t0), and whether one did succeed.
-func (w *writer) recoveredAfter(t0 time.Time) (time.Duration, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	failed := false
-	for _, e := range w.events {
-		if e.at.Before(t0) {
-			continue
-		}
-		if !e.ok {
-			failed = true
-			continue
-		}
-		if failed {
-			return e.at.Sub(t0), true
-		}
-	}
-	return 0, !failed
-}
-
-// failedTime sums the spans in which writes failed: from a failure that follows a success until
-// the next success.
-func (w *writer) failedTime() (time.Duration, map[string]int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var total time.Duration
-	var start time.Time
-	kinds := map[string]int{}
-	for _, e := range w.events {
-		switch {
-		case !e.ok && start.IsZero():
-			start = e.at
-			kinds[errKind(e.err)]++
-		case !e.ok:
-			kinds[errKind(e.err)]++
-		case e.ok && !start.IsZero():
-			total += e.at.Sub(start)
-			start = time.Time{}
-		}
-	}
-	return total, kinds
-}
-
-func errKind(s string) string {
-	for _, k := range []string{"READONLY", "refused", "reset", "timeout", "LOADING", "MASTERDOWN"} {
-		if strings.Contains(s, k) {
-			return k
-		}
-	}
-	return s
-}
-
-// waitFailedThenOK waits until, after t0, a write failed and a later one succeeded, and returns
-// the time from t0 to that success: a kill is seen only once a write fails.
-func (w *writer) waitFailedThenOK(t *testing.T, t0 time.Time, timeout time.Duration) time.Duration {
-	t.Helper()
-	var d time.Duration
-	framework.Eventually(t, timeout, "a write to fail and a later one to succeed", func() (bool, string, error) {
-		var ok bool
-		d, ok = w.recoveredAfter(t0)
-		return ok && d > 0, w.last(), nil
-	})
-	return d
-}
-
-// waitOK waits until a write after t0 succeeded.
-func (w *writer) waitOK(t *testing.T, t0 time.Time, timeout time.Duration) {
-	t.Helper()
-	framework.Eventually(t, timeout, "a write to succeed", func() (bool, string, error) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		for i := len(w.events) - 1; i >= 0 && !w.events[i].at.Before(t0); i-- {
-			if w.events[i].ok {
-				return true, "", nil
-			}
-		}
-		return false, "", nil
-	})
-}
-
-func (w *writer) last() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if n := len(w.events); n > 0 {
-		return fmt.Sprintf("last write at %s ok=%v %s", w.events[n-1].at.Format("15:04:05.000"), w.events[n-1].ok, w.events[n-1].err)
-	}
-	return "no write yet"
-}
-
-// lost returns the acknowledged writes that addr does not hold.
-func (w *writer) lost(t *testing.T, addr, pw string) []int {
-	t.Helper()
-	w.mu.Lock()
-	keys := make([]int, 0, len(w.acked))
-	for n := range w.acked {
-		keys = append(keys, n)
-	}
-	w.mu.Unlock()
-	sort.Ints(keys)
-	cl := newClient(addr, pw)
-	defer cl.Close()
-	var missing []int
-	for i := 0; i < len(keys); i += 500 {
-		batch := keys[i:min(i+500, len(keys))]
-		names := make([]string, len(batch))
-		for j, n := range batch {
-			names[j] = "w:" + strconv.Itoa(n)
-		}
-		var vals []interface{}
-		err := errors.New("not tried")
-		for try := 0; try < 300 && err != nil; try++ { // up to 30 s: a handover may be under way
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			vals, err = cl.MGet(ctx, names...).Result()
-			cancel()
-			if err != nil {
-				time.Sleep(100 * time.Millisecond) // pacing retries of a read, bounded by the count
-			}
-		}
-		if err != nil {
-			t.Fatalf("reading back acknowledged writes: %v", err)
-		}
-		for j, v := range vals {
-			if v == nil {
-				missing = append(missing, batch[j])
-			}
-		}
-	}
-	return missing
-}
-
-func percentile(ds []time.Duration, p float64) time.Duration {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	if len(s) == 0 {
-		return 0
-	}
-	i := int(float64(len(s)-1) * p)
-	return s[i]
 }
 
 // TestRoutingThroughServices: at sizes 1, 3 (valkey) and 5, writes through the read-write Service's
@@ -462,18 +256,19 @@ type realCache struct {
 	ns             string
 	primary        *corev1.Pod
 	password, addr string
+	op             *operator
 }
 
-func newRealCache(t *testing.T, nsPrefix, name string) realCache {
+func newRealCache(t *testing.T, nsPrefix, name string, operatorArgs ...string) realCache {
 	t.Helper()
 	c := framework.Setup(t)
-	startOperator(t, c)
+	op := startOperator(t, c, operatorArgs...)
 	ns := c.RealNamespace(t, nsPrefix)
 	deleteCachesOnCleanup(t, c, ns)
 	createCache(t, c, ns, name, map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(1)})
 	primary := waitWhole(t, c, ns, name, 3, 3*time.Minute)
 	return realCache{c: c, ns: ns, primary: primary, password: password(t, c, ns, name),
-		addr: net.JoinHostPort(clusterIP(t, c, ns, name+"-rw"), "6379")}
+		addr: net.JoinHostPort(clusterIP(t, c, ns, name+"-rw"), "6379"), op: op}
 }
 
 func runFailovers(t *testing.T, what string, rounds int, p50Target time.Duration, kill, heal func(*testing.T, *framework.Cluster, *corev1.Pod)) {

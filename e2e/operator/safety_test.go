@@ -1,0 +1,270 @@
+package operator
+
+import (
+	"context"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"example.com/cache-operator/e2e/framework"
+)
+
+// Failures that are not polite, on the real nodes, each with writers that record every
+// acknowledged write: an asymmetric partition of the primary, a primary crash while the operator
+// is away, and planned removals of the primary (delete, eviction).
+
+// discardedEvents sums the bytes the operator's WritesDiscarded Events of a cache report, and
+// counts the Events that could not measure.
+func discardedEvents(t *testing.T, c *framework.Cluster, ns, cache string) (bytes int64, unmeasured int, msgs []string) {
+	t.Helper()
+	list, err := c.Kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=WritesDiscarded"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`acknowledged (\d+) bytes`)
+	for _, e := range list.Items {
+		if e.InvolvedObject.Name != cache {
+			continue
+		}
+		msgs = append(msgs, e.Message)
+		if m := re.FindStringSubmatch(e.Message); m != nil {
+			n, _ := strconv.ParseInt(m[1], 10, 64)
+			bytes += n * int64(max(e.Count, 1))
+		} else {
+			unmeasured++
+		}
+	}
+	return bytes, unmeasured, msgs
+}
+
+// eventCount counts a cache's Events with reason.
+func eventCount(t *testing.T, c *framework.Cluster, ns, cache, reason string) int {
+	t.Helper()
+	list, err := c.Kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=" + reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range list.Items {
+		if e.InvolvedObject.Name == cache {
+			n += int(max(e.Count, 1))
+		}
+	}
+	return n
+}
+
+// clientHosts returns the addresses of the normal clients of the server at ip other than the
+// 127.0.0.1 probes: the operator's connection, and test clients.
+func clientHosts(t *testing.T, ip, pw string) []string {
+	t.Helper()
+	cl := newClient(net.JoinHostPort(ip, "6379"), pw)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	list, err := cl.Do(ctx, "CLIENT", "LIST", "TYPE", "normal").Text()
+	if err != nil {
+		t.Fatalf("CLIENT LIST on %s: %v", ip, err)
+	}
+	seen := map[string]bool{}
+	var hosts []string
+	for _, line := range strings.Split(list, "\n") {
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "addr="); ok {
+				if h, _, err := net.SplitHostPort(v); err == nil && h != "127.0.0.1" && !seen[h] {
+					seen[h] = true
+					hosts = append(hosts, h)
+				}
+			}
+		}
+	}
+	return hosts
+}
+
+// longestFailure is the longest span in which a writer's writes failed (from the first failure
+// after a success to the next success), after t0.
+func (w *writer) longestFailure(t0 time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var longest time.Duration
+	var start time.Time
+	for _, e := range w.events {
+		if e.at.Before(t0) {
+			continue
+		}
+		switch {
+		case !e.ok && start.IsZero():
+			start = e.at
+		case e.ok && !start.IsZero():
+			longest = max(longest, e.at.Sub(start))
+			start = time.Time{}
+		}
+	}
+	if !start.IsZero() {
+		longest = max(longest, time.Since(start))
+	}
+	return longest
+}
+
+// lastAckOf returns when the latest of the given acknowledged writes was acknowledged.
+func (w *writer) lastAckOf(keys []int) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var last time.Time
+	for _, k := range keys {
+		if at := w.acked[k]; at.After(last) {
+			last = at
+		}
+	}
+	return last
+}
+
+// TestAsymmetricPartition: the primary of a size-3 cache is cut off from the operator and both
+// replicas for 20 s, but not from a client that keeps its connection. The operator fails over; the
+// old primary stops acknowledging writes within the fence's bound (min-replicas-max-lag 5 s); when
+// the partition heals it rejoins as a replica, its clients are disconnected, and the writes it
+// acknowledged alone are lost and reported (Event WritesDiscarded and the metric). A client that
+// reconnects writes again within 10 s.
+func TestAsymmetricPartition(t *testing.T) {
+	metricsAddr := freeAddr(t)
+	rc := newRealCache(t, "partition", "p", "--metrics-bind-address="+metricsAddr)
+	c, ns, pw, rw, old := rc.c, rc.ns, rc.password, rc.addr, rc.primary
+	kept := startWriterWith(t, rw, pw, "kept:", false, 2_000_000, 10*time.Minute)
+	again := startWriterWith(t, rw, pw, "again:", true, 2_000_000, 10*time.Minute)
+	kept.waitOK(t, time.Now(), time.Minute)
+	again.waitOK(t, time.Now(), time.Minute)
+	keep := kept.serverSideAddr(t)
+	cut := clientHosts(t, old.Status.PodIP, pw) // the operator (and the writers: all from this machine)
+	for _, p := range memberPods(t, c, ns, "p") {
+		if p.Name != old.Name {
+			cut = append(cut, p.Status.PodIP)
+		}
+	}
+	t0 := time.Now()
+	heal := c.Partition(t, old, cut, []string{keep})
+	t.Logf("partitioned primary %s from %v, keeping the writer's connection %s", old.Name, cut, keep)
+	framework.Eventually(t, 30*time.Second, "another member promoted", func() (bool, string, error) {
+		p := statusPrimary(t, c, ns, "p")
+		return p != "" && p != old.Name, "status.primary " + p, nil
+	})
+	promoted := time.Since(t0)
+	// The fault lasts 20 s: longer than the failover delay and the fence's bound together.
+	time.Sleep(time.Until(t0.Add(20 * time.Second))) // the fault's duration, not synchronisation
+	heal()
+	healed := time.Since(t0)
+	waitWhole(t, c, ns, "p", 3, 3*time.Minute)
+	assertOnePrimary(t, c, ns, "p", pw, "the healed partition")
+	// Its connection was closed by the operator: it writes again through the read-write Service.
+	kept.waitOK(t, time.Now(), time.Minute)
+	kept.halt()
+	again.halt()
+
+	lost := kept.lost(t, rw, pw)
+	lostAgain := again.lost(t, rw, pw)
+	lastLost := kept.lastAckOf(lost)
+	bytes, unmeasured, msgs := discardedEvents(t, c, ns, "p")
+	metric, err := framework.Metric(metricsAddr, "cache_operator_writes_discarded_bytes_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := again.longestFailure(t0)
+	t.Logf("asymmetric partition of %s for %v: promoted another after %v; the kept connection: %d of %d acknowledged writes lost, the last acknowledged %v after the cut; the reconnecting writer: %d of %d lost, longest without writes %v; reported discarded: %d bytes in Events (%d unmeasured), metric %v; %v",
+		old.Name, healed.Round(100*time.Millisecond), promoted.Round(100*time.Millisecond), len(lost), len(kept.acked),
+		lastLost.Sub(t0).Round(100*time.Millisecond), len(lostAgain), len(again.acked), worst.Round(100*time.Millisecond), bytes, unmeasured, metric, msgs)
+	if len(lost) > 0 && lastLost.Sub(t0) > 10*time.Second {
+		t.Errorf("the cut-off primary acknowledged a write %v after the cut; the fence bounds it to 10 s", lastLost.Sub(t0))
+	}
+	if len(lost)+len(lostAgain) > 0 && (bytes == 0 || metric == 0) {
+		t.Errorf("%d acknowledged writes lost, but the operator reported %d bytes discarded (metric %v)", len(lost)+len(lostAgain), bytes, metric)
+	}
+	if worst > 10*time.Second {
+		t.Errorf("the writer that reconnects went %v without writes; target <= 10 s", worst)
+	}
+}
+
+// TestPrimaryCrashWithoutOperator: the operator is stopped, then the primary's server is
+// SIGKILLed: its container restarts as the primary with its data (its pod's role label, through
+// the downward API), writes succeed again without any operator, and nothing is lost.
+func TestPrimaryCrashWithoutOperator(t *testing.T) {
+	rc := newRealCache(t, "absent", "a")
+	c, ns, pw, rw, primary := rc.c, rc.ns, rc.password, rc.addr, rc.primary
+	w := startWriter(t, rw, pw, 2_000_000, 10*time.Minute)
+	w.waitOK(t, time.Now(), time.Minute)
+	rc.op.stop(syscall.SIGTERM)
+	t0 := time.Now()
+	c.CrashContainer(t, primary, "redis")
+	d := w.waitFailedThenOK(t, t0, time.Minute)
+	assertOnePrimary(t, c, ns, "a", pw, "the crash without operator")
+	p, err := c.Kube.CoreV1().Pods(ns).Get(context.Background(), primary.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	role, _ := roleOf(p.Status.PodIP, pw)
+	lost := w.lost(t, rw, pw)
+	t.Logf("primary %s crashed with no operator: writes succeed again after %v (target <= 10 s); it says %s; %d of %d acknowledged writes lost",
+		primary.Name, d.Round(10*time.Millisecond), role, len(lost), len(w.acked))
+	if d > 10*time.Second || role != "master" || len(lost) != 0 {
+		t.Errorf("without the operator: writes back after %v, the old primary says %q, %d lost; want <= 10 s, master, 0", d, role, len(lost))
+	}
+	startOperator(t, c)
+	waitWhole(t, c, ns, "a", 3, 3*time.Minute)
+	w.halt()
+	if lost := w.lost(t, rw, pw); len(lost) != 0 {
+		t.Errorf("%d acknowledged writes lost once the operator came back", len(lost))
+	}
+}
+
+// TestPlannedRemovalsHandOver: deleting the primary's pod and evicting it (as a drain does) hand
+// the role over to the most caught-up replica before the old primary stops (its preStop waits
+// for it): no acknowledged write is lost, and writes fail for at most a moment.
+func TestPlannedRemovalsHandOver(t *testing.T) {
+	ctx := context.Background()
+	rc := newRealCache(t, "planned", "h")
+	c, ns, pw, rw := rc.c, rc.ns, rc.password, rc.addr
+	w := startWriter(t, rw, pw, 2_000_000, 10*time.Minute)
+	w.waitOK(t, time.Now(), time.Minute)
+	removals := []struct {
+		name   string
+		remove func(p *corev1.Pod) error
+	}{
+		{"delete", func(p *corev1.Pod) error {
+			return c.Kube.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{})
+		}},
+		{"evict", func(p *corev1.Pod) error {
+			return c.Kube.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: ns}})
+		}},
+	}
+	for _, r := range removals {
+		primary := waitWhole(t, c, ns, "h", 3, 3*time.Minute)
+		switchovers := eventCount(t, c, ns, "h", "SwitchoverCompleted")
+		failedBefore, _ := w.failedTime()
+		before := len(w.lost(t, rw, pw))
+		t0 := time.Now()
+		if err := r.remove(primary); err != nil {
+			t.Fatalf("%s %s: %v", r.name, primary.Name, err)
+		}
+		framework.Eventually(t, time.Minute, "another member primary", func() (bool, string, error) {
+			p := statusPrimary(t, c, ns, "h")
+			return p != "" && p != primary.Name, "status.primary " + p, nil
+		})
+		moved := time.Since(t0)
+		waitWhole(t, c, ns, "h", 3, 3*time.Minute)
+		assertOnePrimary(t, c, ns, "h", pw, r.name)
+		failedAfter, kinds := w.failedTime()
+		lost := len(w.lost(t, rw, pw)) - before
+		handed := eventCount(t, c, ns, "h", "SwitchoverCompleted") - switchovers
+		t.Logf("%s of primary %s: %s primary after %v by %d switchover(s); writes failed for %v (by kind %v); %d acknowledged writes lost",
+			r.name, primary.Name, statusPrimary(t, c, ns, "h"), moved.Round(10*time.Millisecond), handed, (failedAfter - failedBefore).Round(10*time.Millisecond), kinds, lost)
+		if handed < 1 || lost != 0 || failedAfter-failedBefore > 2*time.Second {
+			t.Errorf("%s of the primary: %d switchovers, %d lost, writes failed for %v; want a handover, 0 lost, <= 2 s", r.name, handed, lost, failedAfter-failedBefore)
+		}
+	}
+	w.halt()
+}

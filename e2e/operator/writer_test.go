@@ -1,0 +1,257 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"example.com/cache-operator/e2e/framework"
+)
+
+// writer writes SET <prefix><n> <n> through addr as fast as one connection allows, bounded in
+// count and time, and records every outcome. It keeps its connection while the connection lives
+// (go-redis dials anew only once it breaks), or, with reconnect, dials anew after every failure.
+type writer struct {
+	mu      sync.Mutex
+	events  []writeEvent
+	acked   map[int]time.Time
+	stop    chan struct{}
+	done    chan struct{}
+	prefix  string
+	current *redis.Client
+}
+
+type writeEvent struct {
+	at  time.Time
+	ok  bool
+	err string
+}
+
+func startWriter(t *testing.T, addr, pw string, maxWrites int, maxTime time.Duration) *writer {
+	return startWriterWith(t, addr, pw, "w:", false, maxWrites, maxTime)
+}
+
+func startWriterWith(t *testing.T, addr, pw, prefix string, reconnect bool, maxWrites int, maxTime time.Duration) *writer {
+	w := &writer{acked: map[int]time.Time{}, stop: make(chan struct{}), done: make(chan struct{}), prefix: prefix}
+	w.current = newClient(addr, pw)
+	go func() {
+		defer close(w.done)
+		defer func() { w.client().Close() }()
+		deadline := time.Now().Add(maxTime)
+		for n := 0; n < maxWrites && time.Now().Before(deadline); n++ {
+			select {
+			case <-w.stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err := w.client().Set(ctx, prefix+strconv.Itoa(n), n, 0).Err()
+			cancel()
+			now := time.Now()
+			w.mu.Lock()
+			ev := writeEvent{at: now, ok: err == nil}
+			if err != nil {
+				ev.err = err.Error()
+				if reconnect {
+					w.current.Close()
+					w.current = newClient(addr, pw)
+				}
+			} else {
+				w.acked[n] = now
+			}
+			w.events = append(w.events, ev)
+			w.mu.Unlock()
+			if err != nil {
+				time.Sleep(20 * time.Millisecond) // pacing retries of a failed write, not synchronisation
+			} else {
+				time.Sleep(2 * time.Millisecond) // a steady writer, not a flood
+			}
+		}
+	}()
+	t.Cleanup(w.halt)
+	return w
+}
+
+func (w *writer) client() *redis.Client {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.current
+}
+
+// serverSideAddr is the address (ip:port) the server the writer is connected to sees it at
+// (CLIENT INFO on the writer's own connection).
+func (w *writer) serverSideAddr(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	info, err := w.client().Do(ctx, "CLIENT", "INFO").Text()
+	if err != nil {
+		t.Fatalf("CLIENT INFO on the writer's connection: %v", err)
+	}
+	for _, f := range strings.Fields(info) {
+		if v, ok := strings.CutPrefix(f, "addr="); ok {
+			return v
+		}
+	}
+	t.Fatalf("CLIENT INFO without addr: %q", info)
+	return ""
+}
+
+func (w *writer) halt() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+// recoveredAfter returns how long after t0 writes succeeded again: the first success that follows
+// a failure after t0 (0 if no write failed after t0), and whether one did succeed.
+func (w *writer) recoveredAfter(t0 time.Time) (time.Duration, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	failed := false
+	for _, e := range w.events {
+		if e.at.Before(t0) {
+			continue
+		}
+		if !e.ok {
+			failed = true
+			continue
+		}
+		if failed {
+			return e.at.Sub(t0), true
+		}
+	}
+	return 0, !failed
+}
+
+// failedTime sums the spans in which writes failed: from a failure that follows a success until
+// the next success.
+func (w *writer) failedTime() (time.Duration, map[string]int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var total time.Duration
+	var start time.Time
+	kinds := map[string]int{}
+	for _, e := range w.events {
+		switch {
+		case !e.ok && start.IsZero():
+			start = e.at
+			kinds[errKind(e.err)]++
+		case !e.ok:
+			kinds[errKind(e.err)]++
+		case e.ok && !start.IsZero():
+			total += e.at.Sub(start)
+			start = time.Time{}
+		}
+	}
+	return total, kinds
+}
+
+func errKind(s string) string {
+	for _, k := range []string{"READONLY", "refused", "reset", "timeout", "LOADING", "MASTERDOWN"} {
+		if strings.Contains(s, k) {
+			return k
+		}
+	}
+	return s
+}
+
+// waitFailedThenOK waits until, after t0, a write failed and a later one succeeded, and returns
+// the time from t0 to that success: a kill is seen only once a write fails.
+func (w *writer) waitFailedThenOK(t *testing.T, t0 time.Time, timeout time.Duration) time.Duration {
+	t.Helper()
+	var d time.Duration
+	framework.Eventually(t, timeout, "a write to fail and a later one to succeed", func() (bool, string, error) {
+		var ok bool
+		d, ok = w.recoveredAfter(t0)
+		return ok && d > 0, w.last(), nil
+	})
+	return d
+}
+
+// waitOK waits until a write after t0 succeeded.
+func (w *writer) waitOK(t *testing.T, t0 time.Time, timeout time.Duration) {
+	t.Helper()
+	framework.Eventually(t, timeout, "a write to succeed", func() (bool, string, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for i := len(w.events) - 1; i >= 0 && !w.events[i].at.Before(t0); i-- {
+			if w.events[i].ok {
+				return true, "", nil
+			}
+		}
+		return false, "", nil
+	})
+}
+
+func (w *writer) last() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := len(w.events); n > 0 {
+		return fmt.Sprintf("last write at %s ok=%v %s", w.events[n-1].at.Format("15:04:05.000"), w.events[n-1].ok, w.events[n-1].err)
+	}
+	return "no write yet"
+}
+
+// lost returns the acknowledged writes that addr does not hold.
+func (w *writer) lost(t *testing.T, addr, pw string) []int {
+	t.Helper()
+	w.mu.Lock()
+	keys := make([]int, 0, len(w.acked))
+	for n := range w.acked {
+		keys = append(keys, n)
+	}
+	w.mu.Unlock()
+	sort.Ints(keys)
+	cl := newClient(addr, pw)
+	defer cl.Close()
+	var missing []int
+	for i := 0; i < len(keys); i += 500 {
+		batch := keys[i:min(i+500, len(keys))]
+		names := make([]string, len(batch))
+		for j, n := range batch {
+			names[j] = w.prefix + strconv.Itoa(n)
+		}
+		var vals []interface{}
+		err := errors.New("not tried")
+		for try := 0; try < 300 && err != nil; try++ { // up to 30 s: a handover may be under way
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			vals, err = cl.MGet(ctx, names...).Result()
+			cancel()
+			if err != nil {
+				time.Sleep(100 * time.Millisecond) // pacing retries of a read, bounded by the count
+			}
+		}
+		if err != nil {
+			t.Fatalf("reading back acknowledged writes: %v", err)
+		}
+		for j, v := range vals {
+			if v == nil {
+				missing = append(missing, batch[j])
+			}
+		}
+	}
+	return missing
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s) == 0 {
+		return 0
+	}
+	i := int(float64(len(s)-1) * p)
+	return s[i]
+}
+
