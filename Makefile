@@ -83,6 +83,18 @@ test-e2e: cluster-bin ## end-to-end tests on a fresh cluster cache-test (deleted
 	$(E2E_ENV) $(GO) test $(GO_TEST_FLAGS) -p 1 -timeout 45m -v ./e2e/... ./bench/
 	$(E2E_ENV) CACHE_E2E_LIFECYCLE=1 $(GO) test $(GO_TEST_FLAGS) -v -run TestClusterLifecycle ./e2e/lifecycle/
 
+FAULTS ?= 60
+SEED ?=
+.PHONY: chaos
+chaos: prereqs cluster-bin ## the fault campaign: FAULTS randomized faults (default 60; SEED=n replays an order) on a fresh cluster cache-test; table in .test/chaos.md
+	@$(TEST_CLUSTER) hack/cluster/cluster.sh down >/dev/null
+	@$(TEST_CLUSTER) hack/cluster/cluster.sh up
+	@mkdir -p .test
+	$(E2E_ENV) CACHE_E2E_CHAOS_FAULTS=$(FAULTS) CACHE_E2E_CHAOS_SEED=$(SEED) CACHE_E2E_CHAOS_TABLE=$(ROOT)/.test/chaos.md \
+		$(GO) test $(GO_TEST_FLAGS) -timeout 4h -v -run TestFaultCampaign ./e2e/operator/
+	@$(TEST_CLUSTER) hack/cluster/cluster.sh down >/dev/null
+	@cat .test/chaos.md
+
 E2E_ENV := CACHE_E2E=1 CACHE_E2E_CLUSTER_DIR=$(ROOT)/.cluster-test CACHE_E2E_CLUSTER_NAME=cache-test
 
 ##@ Benchmarks

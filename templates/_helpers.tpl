@@ -18,13 +18,17 @@ ConfigMap, not in the pod template: a change rolls no pod, the operator applies 
 it can reach, and a member that starts reads the current ones. Each value as CONFIG GET reports it
 (maxmemory in bytes), so that the operator can tell an applied setting from one still to apply.
 maxmemory always has a value (engine/api: maxMemoryFor): from spec.eviction.maxMemory, or three
-quarters of the memory limit, or half the volume.
+quarters of the memory limit, or half the volume. min-replicas-*: the fence of a primary cut off
+from its replicas (spec.failover). repl-diskless-sync-max-replicas: a full sync starts as soon as
+every other member waits for one, not after repl-diskless-sync-delay (5 s): a primary that restarted
+in place takes writes again once a replica synced (the fence), within a second or two.
 */}}
 {{- define "redis.live.conf" -}}
 maxmemory {{ .Spec.Eviction.MaxMemoryBytes }}
 maxmemory-policy {{ .Spec.Eviction.Policy }}
 min-replicas-to-write {{ .Spec.Fence.MinReplicas }}
 min-replicas-max-lag {{ .Spec.Fence.MaxLagSeconds }}
+repl-diskless-sync-max-replicas {{ sub .Spec.Replicas 1 }}
 {{- end }}
 
 {{/* server: the program name stem of the engine (redis-server, valkey-server, ...-cli). */}}

@@ -156,6 +156,7 @@ func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructur
 	logger := klog.FromContext(ctx)
 	start := time.Now()
 	c.recorder.Eventf(mc, corev1.EventTypeNormal, "SwitchoverStarted", "Handing the primary role from %s to %s", from.Name, to.Name)
+	logger.Info("Switchover started", "from", from.Name, "to", to.Name)
 	ns := mc.GetNamespace()
 	if err := c.setRole(ctx, ns, from, api.RoleReplica); err != nil {
 		return err
