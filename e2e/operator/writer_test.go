@@ -254,4 +254,3 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	i := int(float64(len(s)-1) * p)
 	return s[i]
 }
-
