@@ -131,6 +131,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if cfg.Controller.Kube, err = kubernetes.NewForConfig(pc); err != nil {
 		return err
 	}
+	cfg.Controller.Identity = cfg.Identity
 	if cfg.Controller.Namespace == "" {
 		cfg.Controller.Namespace = cfg.Namespace
 	}

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,8 @@ type Options struct {
 	// MayWrite, when set, is asked before every Redis command that changes a member (the lease
 	// fence of the API writes, package app).
 	MayWrite func() error
+	// Identity names this process on the members' connections (CLIENT SETNAME cache-operator/<identity>).
+	Identity string
 	// Kube, if set, serves the informers of built-in kinds (children and pods) as typed objects,
 	// which a client configured for protobuf decodes at a fraction of the CPU of JSON into
 	// unstructured maps. Other kinds, and every kind when Kube is nil, use dynamic informers.
@@ -171,7 +174,8 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	}
 	// A member pass whose view changed has the cache's status rewritten.
 	c.members, err = dataplane.New(client, c.informers, recorder,
-		dataplane.Options{MemberNetworks: opts.MemberNetworks, Workers: opts.MemberWorkers, Poll: opts.MemberPoll, MayWrite: opts.MayWrite}, c.queue.Add)
+		dataplane.Options{MemberNetworks: opts.MemberNetworks, Workers: opts.MemberWorkers, Poll: opts.MemberPoll, MayWrite: opts.MayWrite,
+			ClientName: strings.ReplaceAll(api.FieldManager+"/"+opts.Identity, " ", "_")}, c.queue.Add)
 	if err != nil {
 		return nil, err
 	}

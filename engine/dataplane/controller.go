@@ -41,6 +41,9 @@ type Options struct {
 	// MayWrite, when set, is asked before every command that changes a member (the lease
 	// fence: nil while this process leads with a fresh renewal).
 	MayWrite func() error
+	// ClientName names the connections to members (CLIENT LIST shows it): the operator and this
+	// process's identity.
+	ClientName string
 }
 
 // Controller runs member passes: one rate-limited queue of cache keys (namespace/name), fed by
@@ -78,7 +81,7 @@ func New(client dynamic.Interface, set *informers.Set, recorder record.EventReco
 		members: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "members"}),
-		pool: member.NewGuardedPool(opts.MayWrite),
+		pool: member.NewGuardedPool(opts.MayWrite, opts.ClientName),
 		store: memberStore{views: map[string]View{}, memory: map[string]*roleMemory{},
 			labels: map[string]labelExpectation{}, deleted: map[string]types.UID{}},
 	}

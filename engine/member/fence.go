@@ -14,7 +14,8 @@ import (
 // the pool's guard first.
 var readOnly = map[string]bool{
 	"info": true, "ping": true, "role": true, "config get": true, "acl getuser": true, "acl whoami": true,
-	"auth": true, "hello": true, "client setinfo": true, "client setname": true, "select": true,
+	"auth": true, "hello": true, "client setinfo": true, "client setname": true, "client list": true,
+	"client info": true, "select": true,
 }
 
 // commandName is a command's name, with its subcommand for the container commands above.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func TestGuardedPoolRefusesChangesOnRealServers(t *testing.T) {
 			return nil
 		}
 		return errStale
-	})
+	}, "cache-operator/test")
 	defer pool.Close()
 	c := pool.Client(replica, pw)
 
@@ -61,6 +62,9 @@ func TestGuardedPoolRefusesChangesOnRealServers(t *testing.T) {
 		t.Errorf("the refused CONFIG SET reached the server")
 	}
 
+	if list, err := c.ClientList(ctx).Result(); err != nil || !strings.Contains(list, "name=cache-operator/test") {
+		t.Errorf("CLIENT LIST does not name the pool's connection (%v): %s", err, list)
+	}
 	leading.Store(true)
 	if err := Follow(ctx, c, host, portN); err != nil {
 		t.Fatalf("REPLICAOF once the guard allows: %v", err)

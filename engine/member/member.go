@@ -76,6 +76,8 @@ type Pool struct {
 	clients map[string]pooled
 	// guard, when set, is asked before every command that changes a member (Mutates).
 	guard func() error
+	// name is the connections' client name (CLIENT SETNAME; "": none).
+	name string
 }
 
 type pooled struct {
@@ -86,10 +88,11 @@ type pooled struct {
 // NewPool returns an empty pool.
 func NewPool() *Pool { return &Pool{clients: map[string]pooled{}} }
 
-// NewGuardedPool returns an empty pool whose clients ask guard before every command that changes
-// a member (Mutates), and fail it with guard's error.
-func NewGuardedPool(guard func() error) *Pool {
-	return &Pool{clients: map[string]pooled{}, guard: guard}
+// NewGuardedPool returns an empty pool whose clients ask guard (nil: none) before every command
+// that changes a member (Mutates), and fail it with guard's error. Its connections carry the client
+// name given ("": none), so that a member's CLIENT LIST tells which process holds them.
+func NewGuardedPool(guard func() error, name string) *Pool {
+	return &Pool{clients: map[string]pooled{}, guard: guard, name: name}
 }
 
 // Client returns the client of the member at addr (host:port), authenticating as the default user.
@@ -107,7 +110,7 @@ func (p *Pool) ClientAs(addr, user, password string) *redis.Client {
 		_ = e.c.Close()
 	}
 	c := redis.NewClient(&redis.Options{
-		Addr: addr, Username: user, Password: password,
+		Addr: addr, Username: user, Password: password, ClientName: p.name,
 		DialTimeout: Timeout, ReadTimeout: Timeout, WriteTimeout: Timeout,
 		MaxRetries: -1, PoolSize: 1, MaxIdleConns: 1, ConnMaxIdleTime: time.Minute,
 		Protocol: 2, DisableIdentity: true,
