@@ -127,12 +127,19 @@ var faults = []fault{
 		return t0
 	}},
 	{"operator SIGKILL mid-failover", func(cp *campaign, p *corev1.Pod) time.Time {
+		// The primary's node stops (a crashed container may restart in place before the
+		// operator notices: then there is no failover to interrupt), the leader starts the
+		// failover, and is killed there; the other replica finishes it once the lease expires.
 		leader := cp.leader()
 		mark := cp.ops[leader].logSize()
 		t0 := time.Now()
-		cp.c.CrashContainer(cp.t, p, "redis")
-		cp.ops[leader].waitLog(mark, `"Failover"`, 30*time.Second)
+		cp.c.StopNode(cp.t, p.Spec.NodeName)
+		if !cp.ops[leader].waitLog(mark, `"Failover"`, 30*time.Second) {
+			cp.t.Errorf("the leader did not start a failover within 30 s of the primary's node stopping")
+		}
 		cp.kill(leader, syscall.SIGKILL)
+		cp.waitPrimaryNot(p.Name, 2*time.Minute)
+		cp.c.StartNode(cp.t, p.Spec.NodeName)
 		return t0
 	}},
 	{"operator SIGKILL mid-switchover", func(cp *campaign, p *corev1.Pod) time.Time {
@@ -259,6 +266,7 @@ func TestFaultCampaign(t *testing.T) {
 	results := map[string]*outcome{}
 	for i, k := range order {
 		f := faults[k]
+		c.EnsureControlPlane(t)
 		primary := waitWhole(t, c, cp.ns, chaosCache, 3, 3*time.Minute)
 		cp.kept.waitOK(t, time.Now(), time.Minute)
 		cp.again.waitOK(t, time.Now(), time.Minute)

@@ -191,7 +191,11 @@ func (w *writer) waitOK(t *testing.T, t0 time.Time, timeout time.Duration) {
 				return true, "", nil
 			}
 		}
-		return false, "", nil
+		seen := "no write yet"
+		if n := len(w.events); n > 0 {
+			seen = fmt.Sprintf("writer %s: last write at %s ok=%v %s", w.prefix, w.events[n-1].at.Format("15:04:05.000"), w.events[n-1].ok, w.events[n-1].err)
+		}
+		return false, seen, nil
 	})
 }
 
