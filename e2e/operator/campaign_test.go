@@ -146,9 +146,13 @@ var faults = []fault{
 		leader := cp.leader()
 		mark := cp.ops[leader].logSize()
 		t0 := time.Now()
-		cp.annotateSwitchover(cp.replica(p).Name)
-		cp.ops[leader].waitLog(mark, `"Switchover started"`, 30*time.Second)
+		target := cp.replica(p).Name
+		cp.annotateSwitchover(target)
+		if !cp.ops[leader].waitLog(mark, `"Switchover started"`, 30*time.Second) {
+			cp.t.Errorf("the leader did not start the switchover within 30 s")
+		}
 		cp.kill(leader, syscall.SIGKILL)
+		cp.waitPrimary(target, 2*time.Minute) // the next leader finishes it
 		return t0
 	}},
 	{"leader SIGSTOP past its lease", func(cp *campaign, p *corev1.Pod) time.Time {

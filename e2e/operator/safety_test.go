@@ -1,8 +1,11 @@
 package operator
 
 import (
+	"bytes"
 	"context"
 	"net"
+	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -267,4 +270,164 @@ func TestPlannedRemovalsHandOver(t *testing.T) {
 		}
 	}
 	w.halt()
+}
+
+// monitor runs MONITOR on the member at ip (redis-cli, the password in REDISCLI_AUTH) until stop
+// is called, which returns every command line seen.
+func monitor(t *testing.T, ip, pw string) (stop func() []string) {
+	t.Helper()
+	cmd := exec.Command("redis-cli", "-h", ip, "-p", "6379", "--no-auth-warning", "monitor")
+	cmd.Env = append(os.Environ(), "REDISCLI_AUTH="+pw)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("redis-cli monitor: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return func() []string {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return strings.Split(out.String(), "\n")
+	}
+}
+
+// connectionsNamed returns the addresses of the member's connections whose client name is name.
+func connectionsNamed(t *testing.T, ip, pw, name string) []string {
+	t.Helper()
+	cl := newClient(net.JoinHostPort(ip, "6379"), pw)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	list, err := cl.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatalf("CLIENT LIST on %s: %v", ip, err)
+	}
+	var addrs []string
+	for _, line := range strings.Split(list, "\n") {
+		if !strings.Contains(" "+line+" ", " name="+name+" ") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "addr="); ok {
+				addrs = append(addrs, v)
+			}
+		}
+	}
+	return addrs
+}
+
+// TestStaleLeaderSendsNoRedisCommand: the leader is paused (SIGSTOP) past its lease and the
+// other replica takes over; then the new leader is paused too, a replica is made a stray master
+// (work any operator would do: REPLICAOF it back), and the old leader is resumed with MONITOR on
+// every member. Until it exits (it lost the lease), no command that changes a member comes from
+// its connections: its Redis commands pass the lease fence. Then the new leader resumes, repairs
+// the cache, and nothing is lost.
+func TestStaleLeaderSendsNoRedisCommand(t *testing.T) {
+	election := []string{"--leader-elect", "--leader-elect-lease-duration=8s", "--leader-elect-renew-deadline=5s", "--leader-elect-retry-period=1s"}
+	rc := newRealCache(t, "stale", "s", append(election, "--identity=stale-a")...)
+	c, ns, pw, rw := rc.c, rc.ns, rc.password, rc.addr
+	other := startOperator(t, c, append(election, "--identity=stale-b")...)
+	ops := map[string]*operator{"stale-a": rc.op, "stale-b": other}
+	w := startWriter(t, rw, pw, 2_000_000, 10*time.Minute)
+	w.waitOK(t, time.Now(), time.Minute)
+	var leader string
+	framework.Eventually(t, 30*time.Second, "a leader", func() (bool, string, error) {
+		h, _, err := leaseHolder(c)
+		leader = h
+		return ops[h] != nil, "holder " + h, err
+	})
+	follower := map[string]string{"stale-a": "stale-b", "stale-b": "stale-a"}[leader]
+	old, next := ops[leader], ops[follower]
+	if err := old.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, follower+" to take the lease", func() (bool, string, error) {
+		h, _, err := leaseHolder(c)
+		return h == follower, "holder " + h, err
+	})
+	if err := next.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = next.cmd.Process.Signal(syscall.SIGCONT) }()
+	primary := statusPrimary(t, c, ns, "s")
+	var stray corev1.Pod
+	var watching []func() []string
+	var staleAddrs []string
+	for _, p := range memberPods(t, c, ns, "s") {
+		staleAddrs = append(staleAddrs, connectionsNamed(t, p.Status.PodIP, pw, "cache-operator/"+leader)...)
+		watching = append(watching, monitor(t, p.Status.PodIP, pw))
+		if p.Name != primary && stray.Name == "" {
+			stray = p
+		}
+	}
+	if len(staleAddrs) == 0 {
+		t.Fatalf("no connection named cache-operator/%s on the members", leader)
+	}
+	scl := newClient(net.JoinHostPort(stray.Status.PodIP, "6379"), pw)
+	defer scl.Close()
+	if err := scl.Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	mark := old.logSize()
+	if err := old.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- old.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		old.mu.Lock()
+		old.cmd = nil
+		old.mu.Unlock()
+		t.Logf("the resumed old leader %s exited: %v", leader, err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the resumed old leader %s still runs 30 s after it lost the lease", leader)
+	}
+	var sent []string
+	seen := 0
+	for _, stop := range watching {
+		for _, line := range stop() {
+			for _, a := range staleAddrs {
+				if !strings.Contains(line, " "+a+"]") {
+					continue
+				}
+				seen++
+				fields := strings.Fields(line[strings.Index(line, "]")+1:])
+				if len(fields) > 0 && !readOnlyMonitored(fields) {
+					sent = append(sent, line)
+				}
+			}
+		}
+	}
+	b, _ := os.ReadFile(old.log)
+	refused := strings.Count(string(b[mark:]), " refused: not the leader")
+	role, _ := roleOf(stray.Status.PodIP, pw)
+	t.Logf("stale leader %s resumed past its lease with a stray master %s to repair: %d commands from its %d connections seen by MONITOR, %d of them changing a member %v; %d Redis commands refused in its log; %s still says %s",
+		leader, stray.Name, seen, len(staleAddrs), len(sent), sent, refused, stray.Name, role)
+	if len(sent) > 0 {
+		t.Errorf("the stale leader changed members after losing its lease: %v", sent)
+	}
+	if err := next.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitWhole(t, c, ns, "s", 3, 3*time.Minute)
+	assertOnePrimary(t, c, ns, "s", pw, "the stale leader")
+	w.halt()
+	if lost := w.lost(t, rw, pw); len(lost) != 0 {
+		t.Errorf("%d acknowledged writes lost", len(lost))
+	}
+}
+
+// readOnlyMonitored reports whether a MONITOR line's command ("info" "replication" ...) changes
+// nothing.
+func readOnlyMonitored(fields []string) bool {
+	name := strings.ToLower(strings.Trim(fields[0], `"`))
+	if len(fields) > 1 && (name == "config" || name == "client" || name == "acl") {
+		name += " " + strings.ToLower(strings.Trim(fields[1], `"`))
+	}
+	switch name {
+	case "info", "ping", "role", "config get", "acl getuser", "acl whoami", "client setname", "client setinfo", "client list", "client info", "hello", "auth", "select":
+		return true
+	}
+	return false
 }
