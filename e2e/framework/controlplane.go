@@ -32,16 +32,26 @@ func (c *Cluster) RestartComponent(t testing.TB, component string) time.Duration
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatalf("stopping %s (PID %d): %v", component, pid, err)
 	}
-	Eventually(t, 30*time.Second, component+" to exit", func() (bool, string, error) {
-		err := syscall.Kill(pid, 0)
-		return err != nil, fmt.Sprintf("PID %d: %v", pid, err), nil
-	})
+	// A graceful stop; the API server drains its requests for up to a minute, so after 30 s
+	// the restart becomes a hard one (SIGKILL), as a kubelet's does after the grace period.
+	deadline := time.Now().Add(30 * time.Second)
+	for running(pid) {
+		if time.Now().After(deadline) {
+			t.Logf("%s (PID %d) still running 30 s after SIGTERM; SIGKILL", component, pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			Eventually(t, 30*time.Second, component+" to exit after SIGKILL", func() (bool, string, error) {
+				return !running(pid), fmt.Sprintf("PID %d", pid), nil
+			})
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling the process's exit, with a deadline
+	}
 	c.startControlPlane(t)
 	took := time.Since(start)
 	// The controller-manager and the scheduler exit when they cannot renew their leases while
 	// the API is away; a kubelet would restart their static pods. Watch them for twice their
 	// renew deadline (10 s) and start whichever exits.
-	deadline := time.Now().Add(25 * time.Second)
+	deadline = time.Now().Add(25 * time.Second)
 	for time.Now().Before(deadline) {
 		c.EnsureControlPlane(t)
 		time.Sleep(time.Second) // a supervisor's check interval, bounded by the deadline above
@@ -58,7 +68,7 @@ func (c *Cluster) EnsureControlPlane(t testing.TB) {
 	for _, f := range pids {
 		b, err := os.ReadFile(f)
 		pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || perr != nil || syscall.Kill(pid, 0) != nil {
+		if err != nil || perr != nil || !running(pid) {
 			dead = append(dead, strings.TrimSuffix(filepath.Base(f), ".pid"))
 		}
 	}
@@ -85,4 +95,19 @@ func (c *Cluster) startControlPlane(t testing.TB) {
 		body, err := c.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(rctx)
 		return err == nil && string(body) == "ok", string(body), nil
 	})
+}
+
+// running reports whether the process pid exists and is not a zombie.
+func running(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses: "pid (comm) S ...".
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
