@@ -63,6 +63,14 @@ func (c *Cluster) RestartComponent(t testing.TB, component string) time.Duration
 // is gone (as a kubelet restarts a static pod), and waits for the API server to be ready.
 func (c *Cluster) EnsureControlPlane(t testing.TB) {
 	t.Helper()
+	if dead := c.stoppedComponents(); len(dead) > 0 {
+		t.Logf("control-plane components not running: %v; starting them", dead)
+		c.startControlPlane(t)
+	}
+}
+
+// stoppedComponents names the control-plane components whose process is gone (or a zombie).
+func (c *Cluster) stoppedComponents() []string {
 	pids, _ := filepath.Glob(filepath.Join(c.Dir, "kwok", "clusters", c.Name, "pids", "*.pid"))
 	var dead []string
 	for _, f := range pids {
@@ -72,28 +80,34 @@ func (c *Cluster) EnsureControlPlane(t testing.TB) {
 			dead = append(dead, strings.TrimSuffix(filepath.Base(f), ".pid"))
 		}
 	}
-	if len(dead) > 0 {
-		t.Logf("control-plane components not running: %v; starting them", dead)
-		c.startControlPlane(t)
-	}
+	return dead
 }
 
-// startControlPlane starts the components that are not running (kwokctl start cluster) and waits
-// until the API server is ready.
+// startControlPlane starts the components that are not running (kwokctl start cluster) until
+// every one runs and the API server is ready. kwokctl takes a component whose process has exited
+// but not yet been reaped for a running one, so it is asked again while one is missing.
 func (c *Cluster) startControlPlane(t testing.TB) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "bin", "cluster", "kwokctl"), "start", "cluster", "--name", c.Name)
-	cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+filepath.Join(c.Dir, "kwok"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("starting the control plane: %v\n%s", err, out)
+	start := func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "bin", "cluster", "kwokctl"), "start", "cluster", "--name", c.Name)
+		cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+filepath.Join(c.Dir, "kwok"))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Sprintf("kwokctl start cluster: %v: %s", err, out)
+		}
+		return ""
 	}
-	Eventually(t, time.Minute, "the API server ready", func() (bool, string, error) {
+	failed := start()
+	Eventually(t, 90*time.Second, "every control-plane component running and the API server ready", func() (bool, string, error) {
+		if dead := c.stoppedComponents(); len(dead) > 0 {
+			failed = start()
+			return false, fmt.Sprintf("not running: %v %s", dead, failed), nil
+		}
 		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer rcancel()
 		body, err := c.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(rctx)
-		return err == nil && string(body) == "ok", string(body), nil
+		return err == nil && string(body) == "ok", fmt.Sprintf("readyz %q %v %s", body, err, failed), nil
 	})
 }
 
