@@ -283,10 +283,17 @@ func monitor(t *testing.T, ip, pw string) (stop func() []string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("redis-cli monitor: %v", err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	return func() []string {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		select {
+		case <-exited:
+			t.Errorf("MONITOR on %s ended before the observation did (its connection was closed): %s", ip, lastLine(out.String()))
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
 		return strings.Split(out.String(), "\n")
 	}
 }
@@ -407,6 +414,10 @@ func TestStaleLeaderSendsNoRedisCommand(t *testing.T) {
 	if len(sent) > 0 {
 		t.Errorf("the stale leader changed members after losing its lease: %v", sent)
 	}
+	// Nothing else runs (the new leader is paused): the stray master must still be one.
+	if role != "master" {
+		t.Errorf("%s says %q after the stale leader ran: something repaired it while only the stale leader ran", stray.Name, role)
+	}
 	if err := next.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -430,4 +441,9 @@ func readOnlyMonitored(fields []string) bool {
 		return true
 	}
 	return false
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
