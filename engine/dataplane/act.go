@@ -57,7 +57,7 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 					"Primary %s restarted and no other member can take over; promoting it again", act.From)
 			} else {
 				c.recorder.Eventf(mc, corev1.EventTypeWarning, "FailoverStarted",
-					"Primary %s is gone; promoting %s (the most caught-up member), which was %d bytes behind it at the last poll; what %s acknowledged since, if it comes back, is counted then (WritesDiscarded)",
+					"Primary %s is gone; promoting %s (the most caught-up member), which was %d bytes behind it at the last poll; writes %s acknowledged after that poll and had not replicated are lost and cannot be counted, unless it comes back as master (then WritesDiscarded counts them)",
 					act.From, act.Primary, act.LostBytes, act.From)
 			}
 			logger.Info("Failover", "from", act.From, "to", act.Primary, "lagAtLastPoll", act.LostBytes)
