@@ -140,7 +140,7 @@ spec:
 		"storage":   map[string]interface{}{"size": "1536Mi", "storageClassName": "standard"},
 		"eviction":  map[string]interface{}{"policy": "allkeys-lru", "maxMemory": "768Mi"},
 		"resources": map[string]interface{}{"limits": map[string]interface{}{"memory": "1Gi"}},
-		"failover":  map[string]interface{}{"delaySeconds": int64(3)}, // the CRD's default
+		"failover":  map[string]interface{}{"delaySeconds": int64(3), "maxLagSeconds": int64(5)}, // the CRD's defaults
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("after a v1 write, v2 spec is\n%v\nwant\n%v", got, want)
