@@ -231,18 +231,19 @@ func TestRoutingThroughServices(t *testing.T) {
 	}
 }
 
-// TestFailoverAfterCrash: with a steady writer, the primary's container is SIGKILLed 10 times; a
+// TestFailoverAfterCrash: with a steady writer, the primary's container is SIGKILLed 5 times (the
+// fault campaign adds more); a
 // replica takes over each time, and writes through the read-write Service succeed again.
 func TestFailoverAfterCrash(t *testing.T) {
-	runFailovers(t, "crash", 10, 5*time.Second, func(t *testing.T, c *framework.Cluster, p *corev1.Pod) {
+	runFailovers(t, "crash", 5, 5*time.Second, func(t *testing.T, c *framework.Cluster, p *corev1.Pod) {
 		c.CrashContainer(t, p, "redis")
 	}, nil)
 }
 
-// TestFailoverAfterNodeLoss: the primary's node is stopped 10 times (its agent and every process
+// TestFailoverAfterNodeLoss: the primary's node is stopped 5 times (its agent and every process
 // of its pods killed; the node object stays, its pods are not evicted): a replica takes over.
 func TestFailoverAfterNodeLoss(t *testing.T) {
-	runFailovers(t, "node", 10, 15*time.Second, func(t *testing.T, c *framework.Cluster, p *corev1.Pod) {
+	runFailovers(t, "node", 5, 15*time.Second, func(t *testing.T, c *framework.Cluster, p *corev1.Pod) {
 		c.StopNode(t, p.Spec.NodeName)
 	}, func(t *testing.T, c *framework.Cluster, p *corev1.Pod) {
 		c.StartNode(t, p.Spec.NodeName)
