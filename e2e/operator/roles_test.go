@@ -232,8 +232,8 @@ func TestRoutingThroughServices(t *testing.T) {
 }
 
 // TestFailoverAfterCrash: with a steady writer, the primary's container is SIGKILLed 5 times (the
-// fault campaign adds more); a
-// replica takes over each time, and writes through the read-write Service succeed again.
+// fault campaign adds more); a replica takes over each time (or the primary restarts in place
+// first), and writes through the read-write Service succeed again.
 func TestFailoverAfterCrash(t *testing.T) {
 	runFailovers(t, "crash", 5, 5*time.Second, func(t *testing.T, c *framework.Cluster, p *corev1.Pod) {
 		c.CrashContainer(t, p, "redis")
