@@ -102,7 +102,7 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 			if act.Promote {
 				continue
 			}
-			c.depose(ctx, mc, m, p, client(m))
+			c.depose(ctx, mc, m, p, client(m), mem)
 		}
 		if err := member.Follow(ctx, client(m), p.IP, api.Port); err != nil {
 			logger.Info("Could not point a member at the primary; retrying", "member", name, "err", err)
@@ -126,10 +126,18 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 // reports them, in a Warning Event and cache_operator_writes_discarded_bytes_total, never as
 // nothing when it cannot tell; then it disconnects the member's clients, so that they reconnect
 // through the read-write Service instead of meeting READONLY on their old connection.
-func (c *Controller) depose(ctx context.Context, mc *unstructured.Unstructured, m, p roles.Member, cl *redis.Client) {
+func (c *Controller) depose(ctx context.Context, mc *unstructured.Unstructured, m, p roles.Member, cl *redis.Client, mem *roleMemory) {
 	logger := klog.FromContext(ctx)
 	bytes, known := roles.Discarded(p.Repl, m.Repl)
+	if mem.deposed == nil {
+		mem.deposed = map[string]string{}
+	}
+	seen := fmt.Sprintf("%s:%s:%d", m.UID, m.Repl.ReplID, m.Repl.Offset)
+	reported := mem.deposed[m.Name] == seen
+	mem.deposed[m.Name] = seen
 	switch {
+	case reported:
+		// The same stream as the last pass (its REPLICAOF failed): counted then.
 	case !known:
 		metrics.WritesDiscardedUnmeasured()
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, "WritesDiscarded",

@@ -23,6 +23,9 @@ type roleMemory struct {
 	liveChecked memberChecks
 	// authChecked is, per member, the credentials last found or made current, and when.
 	authChecked memberChecks
+	// deposed is, per member, the pod, history and offset at which it was last reported as a
+	// deposed primary: a REPLICAOF that fails and is retried does not count its writes twice.
+	deposed map[string]string
 }
 
 // memberStore holds the member passes' views and memories, by cache key, and what the passes

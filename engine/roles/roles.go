@@ -413,16 +413,24 @@ func commonHistory(members []Member) string {
 
 // Discarded returns how much of its replication stream a deposed primary took that the current
 // primary never had: the bytes it wrote past the point where primary's history forked from its
-// own (primary's second replication ID and offset, which a promotion records). known is false when
-// the two histories are not related that way (the deposed one restarted on a history of its own),
-// and the amount cannot be measured.
+// own (primary's second replication ID and offset, which a promotion records), or, for a member
+// that left the primary's history on its own, past its own fork. known is false when the two
+// histories are not related that way (the deposed one restarted on a history of its own), and the
+// amount cannot be measured.
 func Discarded(primary, deposed member.Replication) (bytes int64, known bool) {
-	if deposed.ReplID == "" || primary.ReplID2 != deposed.ReplID || primary.SecondOffset <= 0 {
-		if deposed.ReplID != "" && deposed.ReplID == primary.ReplID {
-			return 0, true // the same history: nothing taken apart from it
-		}
+	switch {
+	case deposed.ReplID == "":
 		return 0, false
+	case deposed.ReplID == primary.ReplID:
+		return 0, true // the same history: nothing taken apart from it
+	case primary.ReplID2 == deposed.ReplID && primary.SecondOffset > 0:
+		// The primary was promoted off the deposed one's history. second_repl_offset is the
+		// first offset of the new history: the fork is one byte before.
+		return max(0, deposed.Offset-(primary.SecondOffset-1)), true
+	case deposed.ReplID2 == primary.ReplID && deposed.SecondOffset > 0:
+		// The deposed one left the primary's history (a stray REPLICAOF NO ONE): what it took
+		// since is its offset past its own fork.
+		return max(0, deposed.Offset-(deposed.SecondOffset-1)), true
 	}
-	// second_repl_offset is the first offset of the new history: the fork is one byte before.
-	return max(0, deposed.Offset-(primary.SecondOffset-1)), true
+	return 0, false
 }

@@ -239,6 +239,7 @@ func TestDiscarded(t *testing.T) {
 		{"behind the fork", member.Replication{Role: member.Primary, ReplID: "h1", Offset: 900}, 0, true},
 		{"already on the primary's history", member.Replication{Role: member.Primary, ReplID: "h2", Offset: 4000}, 0, true},
 		{"a history of its own (restarted)", member.Replication{Role: member.Primary, ReplID: "h9", Offset: 70}, 0, false},
+		{"a stray that left the primary's history at 4500 and took 300 bytes", member.Replication{Role: member.Primary, ReplID: "h5", ReplID2: "h2", SecondOffset: 4501, Offset: 4800}, 300, true},
 	} {
 		b, k := Discarded(promoted, tc.deposed)
 		if b != tc.bytes || k != tc.known {
