@@ -187,7 +187,7 @@ var faults = []fault{
 		for _, m := range memberPods(cp.t, cp.c, cp.ns, chaosCache) {
 			uids[m.Name] = m.UID
 		}
-		cp.version = map[string]string{"7.4": "8.0", "8.0": "7.4"}[cp.version]
+		cp.version = nextVersion(cp.version)
 		t0 := time.Now()
 		patch := []byte(fmt.Sprintf(`{"spec":{"engine":{"version":%q}}}`, cp.version))
 		if _, err := cp.c.Dynamic.Resource(mcV2GVR).Namespace(cp.ns).Patch(context.Background(), chaosCache, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -521,4 +521,16 @@ func (o *operator) waitLog(from int, text string, timeout time.Duration) bool {
 		}
 		time.Sleep(5 * time.Millisecond) // polling the log for the moment to strike, with a deadline
 	}
+}
+
+// nextVersion is the version a roll goes to: always up (admission refuses a downgrade across a
+// major version), 7.4 to 8.0, then 8.1, 8.2, ... (the local nodes run the same server for every
+// tag; the roll is what is tested).
+func nextVersion(v string) string {
+	major, minor, _ := strings.Cut(v, ".")
+	if major == "7" {
+		return "8.0"
+	}
+	n, _ := strconv.Atoi(minor)
+	return major + "." + strconv.Itoa(n+1)
 }
