@@ -117,6 +117,27 @@ func (o *operator) stop(sig syscall.Signal) {
 	o.cmd = nil
 }
 
+// resume continues a paused (SIGSTOP) operator that has lost its lease and waits up to timeout
+// for it to exit on its own; it returns how it exited.
+func (o *operator) resume(timeout time.Duration) error {
+	o.t.Helper()
+	if err := o.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		o.t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- o.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		o.mu.Lock()
+		o.cmd = nil
+		o.mu.Unlock()
+		return err
+	case <-time.After(timeout):
+		o.t.Fatalf("the resumed operator still runs %v after it lost the lease", timeout)
+		return nil
+	}
+}
+
 // reconciles counts the operator's "Reconciled" log lines for the cache ns/name.
 func (o *operator) reconciles(ns, name string) int {
 	b, _ := os.ReadFile(o.log)

@@ -244,22 +244,10 @@ func TestLeaderElection(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := old.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- old.cmd.Wait() }()
-	select {
-	case err := <-exited:
-		old.mu.Lock()
-		old.cmd = nil
-		old.mu.Unlock()
-		t.Logf("the resumed old leader exited: %v", err)
-		if err == nil {
-			t.Errorf("the old leader exited with status 0 after losing the lease")
-		}
-	case <-time.After(3 * leaseDuration):
-		t.Fatalf("the resumed old leader %s still runs %s after it lost the lease", leader, 3*leaseDuration)
+	err := old.resume(3 * leaseDuration)
+	t.Logf("the resumed old leader exited: %v", err)
+	if err == nil {
+		t.Errorf("the old leader exited with status 0 after losing the lease")
 	}
 	start := time.Now()
 	for _, name := range names {
