@@ -41,7 +41,8 @@ e2e=0 built=""
 if fg "$make" --no-print-directory cluster-bin; then
 	built=$SECONDS
 	echo "test: the cluster binaries are ready after $((built - start))s; the end-to-end tests start"
-	fg "$make" --no-print-directory test-e2e || e2e=$?
+	# Its output is kept in .test/e2e.log too, for the failure summary at the end.
+	fg bash -c 'set -o pipefail; "$0" --no-print-directory test-e2e 2>&1 | tee .test/e2e.log' "$make" || e2e=$?
 else
 	e2e=$?
 fi
@@ -62,6 +63,18 @@ if [[ $unit_rc != 0 ]]; then
 fi
 if [[ $e2e != 0 ]]; then
 	echo "test: the build or the end-to-end tests failed (exit $e2e)"
+	# What each failed test said last (its t.Log and t.Error lines), so that the end of the
+	# output, often all a CI page keeps, says why.
+	if [[ -f .test/e2e.log ]]; then
+		awk '
+			/^=== (RUN|CONT) / { cur = $3; next }
+			/^ +[^ ]+_test\.go:[0-9]+: / && cur != "" { n[cur]++; said[cur, n[cur]] = substr($0, 1, 400); next }
+			/^ *--- FAIL: / {
+				name = $3; print "test: " name " failed; its last lines:"
+				from = n[name] > 12 ? n[name] - 11 : 1
+				for (i = from; i <= n[name]; i++) print "  " said[name, i]
+			}' .test/e2e.log
+	fi
 fi
 if [[ -n $built ]]; then
 	echo "test: the build took $((built - start))s, the end-to-end tests $((ended - built))s"

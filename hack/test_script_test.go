@@ -69,6 +69,9 @@ func TestTestScriptFailsWhenEitherHalfFails(t *testing.T) {
 		{"both pass", "echo 'ok  \tpkg/a\t0.1s'", "true", true, []string{"unit tests passed", "ok  \tpkg/a", "build and end-to-end passed"}},
 		{"unit fails", "echo '--- FAIL: TestX'; echo 'FAIL\tpkg/b'; exit 1", "true", false, []string{"unit tests FAILED", "--- FAIL: TestX", "FAIL\tpkg/b", "build and end-to-end passed"}},
 		{"e2e fails", "true", "exit 2", false, []string{"unit tests passed", "end-to-end tests failed (exit 2)", "build and end-to-end FAILED"}},
+		// The end of the output says why each failed test failed.
+		{"e2e fails and says why", "true", `printf '=== RUN   TestA\n    a_test.go:7: the reason\n--- FAIL: TestA (1.00s)\n=== RUN   TestB\n    b_test.go:1: fine\n--- PASS: TestB (0.10s)\n'; exit 1`,
+			false, []string{"TestA failed; its last lines:\n      a_test.go:7: the reason", "build and end-to-end FAILED"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd, out := runTestScript(t, tc.unit, "true", tc.e2e)

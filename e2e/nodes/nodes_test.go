@@ -115,6 +115,40 @@ func waitPod(t *testing.T, c *framework.Cluster, ns, name string, timeout time.D
 	return last
 }
 
+// neverRunning watches a pod whose container cannot start through the given number of further
+// attempts (restarts): no status in between may say Running, as the kubelet never does for a
+// process that was not started.
+func neverRunning(t *testing.T, c *framework.Cluster, p *corev1.Pod, attempts int32) {
+	t.Helper()
+	from := p.Status.ContainerStatuses[0].RestartCount
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	w, err := c.Kube.CoreV1().Pods(p.Namespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + p.Name, ResourceVersion: p.ResourceVersion,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	seen := 0
+	for ev := range w.ResultChan() {
+		q, ok := ev.Object.(*corev1.Pod)
+		if !ok || len(q.Status.ContainerStatuses) != 1 {
+			continue
+		}
+		seen++
+		cs := q.Status.ContainerStatuses[0]
+		if cs.State.Running != nil {
+			t.Fatalf("%s: a container runc could not start shown Running (restart %d): %s", p.Name, cs.RestartCount, describe(q))
+		}
+		if cs.RestartCount >= from+attempts {
+			t.Logf("%s: %d statuses over %d more attempts, none Running", p.Name, seen, attempts)
+			return
+		}
+	}
+	t.Fatalf("%s: fewer than %d more attempts in 45 s (%d statuses seen, restart count from %d)", p.Name, attempts, seen, from)
+}
+
 func waitRunning(t *testing.T, c *framework.Cluster, ns, name string) *corev1.Pod {
 	t.Helper()
 	return waitPod(t, c, ns, name, 90*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
@@ -258,6 +292,7 @@ func TestBadInputFailsVisibly(t *testing.T) {
 				t.Errorf("%s: kubectl describe lacks %q:\n%s", tc.name, want, out)
 			}
 		}
+		neverRunning(t, c, p, 2)
 	}
 
 	// What make up prints when the sample is not Ready (hack/diagnose.sh): each member's state

@@ -318,23 +318,6 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 		r.failedToStart(c, "RunContainerError", runtimeFailure(startErr, ""))
 		return 1, !r.isStopping()
 	}
-	startedAt := metav1.Now()
-	r.mu.Lock()
-	if c.state.Terminated != nil {
-		c.lastState = corev1.ContainerState{Terminated: c.state.Terminated}
-	}
-	c.state = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: startedAt}}
-	c.imageID = "node-agent://" + image.Repository
-	c.cur = a
-	c.lastAttempt = a.number
-	c.everStarted = true
-	c.started = c.spec.StartupProbe == nil
-	c.ready = c.spec.ReadinessProbe == nil && c.started && !c.init
-	r.mu.Unlock()
-	r.publish()
-	klog.InfoS("Started container", "pod", klog.KObj(r.pod), "container", c.spec.Name, "id", a.id, "restartCount", number)
-
-	attemptCtx, cancelAttempt := context.WithCancel(context.Background())
 	go func() {
 		if err := cmd.Wait(); err != nil {
 			var ee *exec.ExitError
@@ -349,16 +332,39 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 		}
 		close(a.done)
 	}()
-	if c.spec.Lifecycle != nil && c.spec.Lifecycle.PostStart != nil {
-		go func() {
-			if err := r.runHandler(attemptCtx, c, a, c.spec.Lifecycle.PostStart); err != nil {
-				r.event(corev1.EventTypeWarning, "FailedPostStartHook", fmt.Sprintf("container %s: %v", c.spec.Name, err))
-				r.stopAttempt(c, a, "FailedPostStartHook", 0)
-			}
-		}()
+	// Running only once the container's own process runs: an attempt runc fails to start stays
+	// waiting, as the kubelet shows it.
+	execd := r.waitExec(a)
+	startedAt := metav1.Now()
+	r.mu.Lock()
+	if c.state.Terminated != nil {
+		c.lastState = corev1.ContainerState{Terminated: c.state.Terminated}
 	}
-	if !c.init {
-		go r.probe(attemptCtx, c, a)
+	c.imageID = "node-agent://" + image.Repository
+	c.cur = a
+	c.lastAttempt = a.number
+	if execd {
+		c.state = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: startedAt}}
+		c.everStarted = true
+		c.started = c.spec.StartupProbe == nil
+		c.ready = c.spec.ReadinessProbe == nil && c.started && !c.init
+	}
+	r.mu.Unlock()
+	attemptCtx, cancelAttempt := context.WithCancel(context.Background())
+	if execd {
+		r.publish()
+		klog.InfoS("Started container", "pod", klog.KObj(r.pod), "container", c.spec.Name, "id", a.id, "restartCount", number)
+		if c.spec.Lifecycle != nil && c.spec.Lifecycle.PostStart != nil {
+			go func() {
+				if err := r.runHandler(attemptCtx, c, a, c.spec.Lifecycle.PostStart); err != nil {
+					r.event(corev1.EventTypeWarning, "FailedPostStartHook", fmt.Sprintf("container %s: %v", c.spec.Name, err))
+					r.stopAttempt(c, a, "FailedPostStartHook", 0)
+				}
+			}()
+		}
+		if !c.init {
+			go r.probe(attemptCtx, c, a)
+		}
 	}
 	go func() {
 		select {
@@ -389,6 +395,7 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 	}
 	r.mu.Lock()
 	c.startFailure, c.startFailureMsg = "", ""
+	c.everStarted = true
 	r.mu.Unlock()
 
 	reason := "Completed"
@@ -411,33 +418,6 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 	r.publish()
 	klog.InfoS("Container exited", "pod", klog.KObj(r.pod), "container", c.spec.Name, "exitCode", a.exitCode, "reason", reason)
 	return a.exitCode, !r.isStopping()
-}
-
-// runtimeCommand is the command line of one runc call: its own errors go to logPath as JSON lines,
-// apart from the container's output.
-func runtimeCommand(runc, root, logPath string, args ...string) *exec.Cmd {
-	return exec.Command(runc, append([]string{"--root", root, "--log", logPath, "--log-format", "json"}, args...)...)
-}
-
-// runtimeFailure says why an attempt never ran the container's process: startErr, the runtime
-// could not be started at all (runc missing), or the errors runc logged to logPath (the process's
-// executable missing, a mount that failed). "" when the process ran: its exit is its own.
-func runtimeFailure(startErr error, logPath string) string {
-	if startErr != nil {
-		return "failed to start the container runtime: " + startErr.Error()
-	}
-	data, err := os.ReadFile(logPath)
-	if err != nil {
-		return ""
-	}
-	var msgs []string
-	for _, line := range strings.Split(string(data), "\n") {
-		var entry struct{ Level, Msg string }
-		if json.Unmarshal([]byte(line), &entry) == nil && (entry.Level == "error" || entry.Level == "fatal") && entry.Msg != "" {
-			msgs = append(msgs, entry.Msg)
-		}
-	}
-	return strings.Join(msgs, "; ")
 }
 
 // failedToStart records an attempt that never ran the container's process, as the kubelet does:
