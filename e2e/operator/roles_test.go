@@ -554,12 +554,12 @@ func TestExistingCacheMovesToRoles(t *testing.T) {
 			oldLost++
 		}
 	}
-	t.Logf("legacy cache moved to roles in %v: primary m-0 -> %s; writes through m-rw failed for %v (by kind %v); acknowledged writes lost %d of %d; legacy keys lost %d of %d",
-		time.Since(start).Round(100*time.Millisecond), after.Name, failed.Round(10*time.Millisecond), kinds, len(lost), len(w.acked), oldLost, keys)
+	t.Logf("legacy cache moved to roles in %v: primary m-0 -> %s; writes through m-rw failed for %v (by kind %v; windows %v); acknowledged writes lost %d of %d; legacy keys lost %d of %d",
+		time.Since(start).Round(100*time.Millisecond), after.Name, failed.Round(10*time.Millisecond), kinds, w.failedWindows(), len(lost), len(w.acked), oldLost, keys)
 	if len(lost) != 0 || oldLost != 0 {
 		t.Errorf("keys lost in the move: %d acknowledged writes, %d legacy keys", len(lost), oldLost)
 	}
 	if failed > 2*time.Second {
-		t.Errorf("writes through m-rw failed for %v during the move; want at most the handover (<= 2s)", failed)
+		t.Errorf("writes through m-rw failed for %v during the move; want at most the handover (<= 2s); failures: %v", failed, w.failedWindows())
 	}
 }

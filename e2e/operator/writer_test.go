@@ -19,6 +19,8 @@ import (
 // writer writes SET <prefix><n> <n> through addr as fast as one connection allows, bounded in
 // count and time, and records every outcome. It keeps its connection while the connection lives
 // (go-redis dials anew only once it breaks), or, with reconnect, dials anew after every failure.
+// With a key space (keys > 0), write n goes to the key <prefix><n mod keys>, so that a long run
+// keeps the data set's size bounded; each key's value only grows.
 type writer struct {
 	mu      sync.Mutex
 	events  []writeEvent
@@ -26,6 +28,8 @@ type writer struct {
 	stop    chan struct{}
 	done    chan struct{}
 	prefix  string
+	keys    int
+	next    int // the number of the next write
 	current *redis.Client
 }
 
@@ -40,7 +44,12 @@ func startWriter(t *testing.T, addr, pw string, maxWrites int, maxTime time.Dura
 }
 
 func startWriterWith(t *testing.T, addr, pw, prefix string, reconnect bool, maxWrites int, maxTime time.Duration) *writer {
-	w := &writer{acked: map[int]time.Time{}, stop: make(chan struct{}), done: make(chan struct{}), prefix: prefix}
+	return startWriterKeys(t, addr, pw, prefix, reconnect, 0, maxWrites, maxTime)
+}
+
+// startWriterKeys starts a writer on a key space of keys keys (0: a new key for every write).
+func startWriterKeys(t *testing.T, addr, pw, prefix string, reconnect bool, keys, maxWrites int, maxTime time.Duration) *writer {
+	w := &writer{acked: map[int]time.Time{}, stop: make(chan struct{}), done: make(chan struct{}), prefix: prefix, keys: keys}
 	w.current = newClient(addr, pw)
 	go func() {
 		defer close(w.done)
@@ -52,8 +61,11 @@ func startWriterWith(t *testing.T, addr, pw, prefix string, reconnect bool, maxW
 				return
 			default:
 			}
+			w.mu.Lock()
+			w.next = n + 1
+			w.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			err := w.client().Set(ctx, prefix+strconv.Itoa(n), n, 0).Err()
+			err := w.client().Set(ctx, w.key(n), n, 0).Err()
 			cancel()
 			now := time.Now()
 			w.mu.Lock()
@@ -78,6 +90,21 @@ func startWriterWith(t *testing.T, addr, pw, prefix string, reconnect bool, maxW
 	}()
 	t.Cleanup(w.halt)
 	return w
+}
+
+// key is the key write n goes to.
+func (w *writer) key(n int) string {
+	if w.keys > 0 {
+		n %= w.keys
+	}
+	return w.prefix + strconv.Itoa(n)
+}
+
+// written is the number of writes begun so far.
+func (w *writer) written() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.next
 }
 
 func (w *writer) client() *redis.Client {
@@ -158,6 +185,32 @@ func (w *writer) failedTime() (time.Duration, map[string]int) {
 	return total, kinds
 }
 
+// failedWindows describes each stretch of failed writes: when it began (from the writer's start),
+// how long it lasted and the errors in it, e.g. "+12.3s 1.1s [READONLY:8 timeout:1]".
+func (w *writer) failedWindows() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	var start time.Time
+	kinds := map[string]int{}
+	for _, e := range w.events {
+		switch {
+		case !e.ok:
+			if start.IsZero() {
+				start, kinds = e.at, map[string]int{}
+			}
+			kinds[errKind(e.err)]++
+		case !start.IsZero():
+			out = append(out, fmt.Sprintf("+%.1fs %v %v", start.Sub(w.events[0].at).Seconds(), e.at.Sub(start).Round(10*time.Millisecond), kinds))
+			start = time.Time{}
+		}
+	}
+	if !start.IsZero() {
+		out = append(out, fmt.Sprintf("+%.1fs unended %v", start.Sub(w.events[0].at).Seconds(), kinds))
+	}
+	return out
+}
+
 func errKind(s string) string {
 	for _, k := range []string{"READONLY", "refused", "reset", "timeout", "LOADING", "MASTERDOWN"} {
 		if strings.Contains(s, k) {
@@ -208,24 +261,35 @@ func (w *writer) last() string {
 	return "no write yet"
 }
 
-// lost returns the acknowledged writes that addr does not hold.
+// lost returns the acknowledged writes that addr does not hold: whose key is missing or, on a
+// key space, holds an older write's number (a later write to the key, acknowledged or not, may
+// have replaced it).
 func (w *writer) lost(t *testing.T, addr, pw string) []int {
 	t.Helper()
 	w.mu.Lock()
-	keys := make([]int, 0, len(w.acked))
+	acked := make([]int, 0, len(w.acked))
 	for n := range w.acked {
-		keys = append(keys, n)
+		acked = append(acked, n)
 	}
 	w.mu.Unlock()
-	sort.Ints(keys)
+	sort.Ints(acked)
+	// The keys to read: one per acknowledged write, or the key space's keys in use.
+	var keys []int
+	if w.keys == 0 {
+		keys = acked
+	} else if len(acked) > 0 {
+		for k := 0; k < min(w.keys, acked[len(acked)-1]+1); k++ {
+			keys = append(keys, k)
+		}
+	}
+	stored := make(map[int]int, len(keys)) // key number -> the write number it holds (absent: none)
 	cl := newClient(addr, pw)
 	defer cl.Close()
-	var missing []int
 	for i := 0; i < len(keys); i += 500 {
 		batch := keys[i:min(i+500, len(keys))]
 		names := make([]string, len(batch))
 		for j, n := range batch {
-			names[j] = w.prefix + strconv.Itoa(n)
+			names[j] = w.key(n)
 		}
 		var vals []interface{}
 		err := errors.New("not tried")
@@ -241,9 +305,23 @@ func (w *writer) lost(t *testing.T, addr, pw string) []int {
 			t.Fatalf("reading back acknowledged writes: %v", err)
 		}
 		for j, v := range vals {
-			if v == nil {
-				missing = append(missing, batch[j])
+			if s, ok := v.(string); ok {
+				n, err := strconv.Atoi(s)
+				if err != nil {
+					t.Fatalf("key %s holds %q, not a write number", names[j], s)
+				}
+				stored[batch[j]] = n
 			}
+		}
+	}
+	var missing []int
+	for _, n := range acked {
+		k := n
+		if w.keys > 0 {
+			k = n % w.keys
+		}
+		if v, ok := stored[k]; !ok || v < n {
+			missing = append(missing, n)
 		}
 	}
 	return missing

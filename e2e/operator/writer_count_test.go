@@ -1,0 +1,74 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// localServer runs a redis-server on 127.0.0.1 until the test ends (no cluster needed); its
+// configuration goes in on standard input.
+func localServer(t *testing.T, pw string) string {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is needed (Debian package redis-server): %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	l.Close()
+	cmd := exec.Command(path, "-")
+	cmd.Stdin = strings.NewReader(fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\nrequirepass %q\n", port, t.TempDir(), pw))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cl := newClient(addr, pw)
+	defer cl.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for cl.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not answer", addr)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a starting server, with a deadline
+	}
+	return addr
+}
+
+// The writer's loss count on a key space: a key set back to an older write's number, or
+// deleted, loses every acknowledged write to it after that number, and nothing else.
+func TestWriterCountsLossesOnAKeySpace(t *testing.T) {
+	const pw = "writer-test-password"
+	addr := localServer(t, pw)
+	w := startWriterKeys(t, addr, pw, "k:", false, 10, 45, 30*time.Second)
+	<-w.done
+	if len(w.acked) != 45 {
+		t.Fatalf("%d of 45 writes acknowledged by a local server", len(w.acked))
+	}
+	if lost := w.lost(t, addr, pw); len(lost) != 0 {
+		t.Fatalf("lost %v before any change", lost)
+	}
+	cl := newClient(addr, pw)
+	defer cl.Close()
+	ctx := context.Background()
+	// Key 3 held write 43 (writes 3, 13, 23, 33, 43): back to 13 loses 23, 33 and 43. Key 7 held
+	// write 37: deleted, it loses 7, 17, 27 and 37.
+	if err := cl.Set(ctx, "k:3", 13, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Del(ctx, "k:7").Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(w.lost(t, addr, pw))
+	if want := "[7 17 23 27 33 37 43]"; got != want {
+		t.Errorf("lost %s; want %s", got, want)
+	}
+}
