@@ -157,18 +157,18 @@ func (c *Controller) depose(ctx context.Context, mc *unstructured.Unstructured, 
 	}
 }
 
-// switchover hands the primary role from a live primary to target: the old primary leaves the
-// read-write Service, then FAILOVER TO pauses its writes until target has all of them and swaps
-// the roles; then target joins the Service and the others follow it.
+// switchover hands the primary role from a live primary to target: FAILOVER TO pauses the old
+// primary's writes until target has all of them and swaps the roles; then the role labels move,
+// the old primary's first and target's at once, so the read-write Service changes once, with
+// no stretch between two changes (kube-proxy applies a second change within a second only
+// from its burst); then the others follow target. Until the labels move, new connections
+// through the Service wait on the paused primary rather than find no endpoint.
 func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructured, from, to roles.Member, members []roles.Member, client func(roles.Member) *redis.Client) error {
 	logger := klog.FromContext(ctx)
 	start := time.Now()
 	c.recorder.Eventf(mc, corev1.EventTypeNormal, "SwitchoverStarted", "Handing the primary role from %s to %s", from.Name, to.Name)
 	logger.Info("Switchover started", "from", from.Name, "to", to.Name)
 	ns := mc.GetNamespace()
-	if err := c.setRole(ctx, ns, from, api.RoleReplica); err != nil {
-		return err
-	}
 	restore := func(cause error) error {
 		_ = member.AbortFailover(ctx, client(from))
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, "SwitchoverFailed", "Handing over from %s to %s failed: %v", from.Name, to.Name, cause)
@@ -190,6 +190,9 @@ func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructur
 		case <-ctx.Done():
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+	if err := c.setRole(ctx, ns, from, api.RoleReplica); err != nil {
+		return err
 	}
 	if err := c.setRole(ctx, ns, to, api.RolePrimary); err != nil {
 		return err

@@ -215,6 +215,13 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 			act.Labels = map[string]string{}
 			return act
 		}
+		if t, ok := handedOverTo(v.Members, labelled); ok {
+			// A handover finished, and the labels did not move (the operator stopped between
+			// FAILOVER TO and the labels): the member the old primary follows is the primary.
+			act.Primary, act.From = t.Name, from
+			act.Degraded, act.DegradedMessage = ReasonHandingOver, fmt.Sprintf("primary %s handed over to %s; moving the role labels", from, t.Name)
+			return finishLabels(v, act, byName)
+		}
 		best, ok := bestCandidate(v.Members, from, history)
 		if !ok {
 			act.Degraded, act.DegradedMessage = ReasonNoPrimary, "no member answers; nothing to promote"
@@ -237,22 +244,7 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 		}
 	}
 
-	act.Labels = map[string]string{}
-	p, havePrimary := byName[act.Primary]
-	for _, m := range v.Members {
-		want := api.RoleReplica
-		if m.Name == act.Primary {
-			want = api.RolePrimary
-		}
-		if m.Label != want && (m.Observed || want == api.RoleReplica || m.Name == act.Primary) {
-			act.Labels[m.Name] = want
-		}
-		// Followers: every other member that answers and does not follow the primary's address.
-		if havePrimary && m.Name != act.Primary && m.Observed && !m.Deleting && p.IP != "" &&
-			(m.Repl.Role != member.Replica || m.Repl.PrimaryHost != p.IP || m.Repl.PrimaryPort != api.Port) {
-			act.Follow = append(act.Follow, m.Name)
-		}
-	}
+	act = finishLabels(v, act, byName)
 	if act.Promote || act.Primary == "" || !healthy {
 		return act
 	}
@@ -341,6 +333,44 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 	}
 	act.Delete = act.Primary // a cache of one: nothing to hand over to
 	return act
+}
+
+// finishLabels sets the labels that follow act.Primary, and the members to point at it.
+func finishLabels(v View, act Action, byName map[string]Member) Action {
+	act.Labels = map[string]string{}
+	p, havePrimary := byName[act.Primary]
+	for _, m := range v.Members {
+		want := api.RoleReplica
+		if m.Name == act.Primary {
+			want = api.RolePrimary
+		}
+		if m.Label != want && (m.Observed || want == api.RoleReplica || m.Name == act.Primary) {
+			act.Labels[m.Name] = want
+		}
+		// Followers: every other member that answers and does not follow the primary's address.
+		if havePrimary && m.Name != act.Primary && m.Observed && !m.Deleting && p.IP != "" &&
+			(m.Repl.Role != member.Replica || m.Repl.PrimaryHost != p.IP || m.Repl.PrimaryPort != api.Port) {
+			act.Follow = append(act.Follow, m.Name)
+		}
+	}
+	return act
+}
+
+// handedOverTo finds the member a labelled primary handed over to: the labelled primary answers
+// as a replica of that member's own address (a member that restarted follows the read-write
+// Service instead), and that member answers as master.
+func handedOverTo(members, labelled []Member) (Member, bool) {
+	for _, l := range labelled {
+		if !l.Observed || l.Repl.Role != member.Replica || l.Repl.PrimaryHost == "" {
+			continue
+		}
+		for _, t := range members {
+			if t.Name != l.Name && t.Observed && !t.Deleting && t.IsPrimary() && t.IP == l.Repl.PrimaryHost && l.Repl.PrimaryPort == api.Port {
+				return t, true
+			}
+		}
+	}
+	return Member{}, false
 }
 
 // bestCandidate returns the member to promote or hand over to among those that answer (all but
