@@ -332,36 +332,16 @@ func TestDeployedOperator(t *testing.T) {
 	})
 
 	t.Run("whole cluster restart", func(t *testing.T) {
-		// A writer through sessions-rw records every acknowledged write before, during and after
-		// the restart; every one of them must be there afterwards.
-		rw, pw := cacheAccess(t, c, ns, "sessions")
-		before := primaryOf(t, c, ns, "sessions")
-		w := startRecorder(rw, pw, 200_000, 10*time.Minute)
-		defer w.halt()
-		framework.Eventually(t, 30*time.Second, "a write through sessions-rw before the restart", func() (bool, string, error) {
-			return w.okSince(time.Time{}), "", nil
-		})
 		began := time.Now()
 		took := c.RestartCluster(t)
 		t0 := time.Now()
 		t.Logf("cluster restarted in %v (real nodes and their pods stopped, control plane stopped and started)", took.Round(100*time.Millisecond))
-		framework.Eventually(t, 3*time.Minute, "a write through sessions-rw after the restart", func() (bool, string, error) {
-			return w.okSince(t0), "", nil
-		})
-		t.Logf("after the restart: writes through sessions-rw succeed again %v after the nodes were back", time.Since(t0).Round(100*time.Millisecond))
 		// The pods' processes died with their nodes: wait for new ones, not for the stale status.
 		waitPodsReadySince(t, c, opNS, selector, 2, began)
 		t.Logf("after the restart: both operator replicas running again and Ready in %v", time.Since(t0).Round(100*time.Millisecond))
 		waitPodsReadySince(t, c, ns, "app.kubernetes.io/instance=sessions", 3, began)
 		waitCacheReady(t, c, ns, "sessions", 3, 3*time.Minute)
 		t.Logf("after the restart: the cache's members Ready again in %v", time.Since(t0).Round(100*time.Millisecond))
-		w.halt()
-		lost := w.missing(t, rw, pw)
-		t.Logf("whole cluster restart: %d acknowledged writes, %d lost; primary %s before, %s after; %d failovers",
-			len(w.acked), len(lost), before, primaryOf(t, c, ns, "sessions"), failoverEvents(t, c, ns, "sessions", began))
-		if len(lost) > 0 {
-			t.Errorf("%d acknowledged writes lost in a whole cluster restart (first %v)", len(lost), lost[:min(5, len(lost))])
-		}
 		t.Logf("after the restart: a change reconciled %v later (a new leader waits for the killed leader's lease to expire)",
 			serviceRecreated(t, c, ns, "sessions", time.Minute).Round(100*time.Millisecond))
 	})

@@ -207,6 +207,17 @@ var faults = []fault{
 		})
 		return t0
 	}},
+	{"whole cluster restart", func(cp *campaign, p *corev1.Pod) time.Time {
+		// Everything stops at once: the operator replicas (their pods would die with the nodes),
+		// the real nodes with every member, then the control plane; all start again, the
+		// operator last. The labelled primary must come back as the primary with its data.
+		t0 := time.Now()
+		for id := range cp.ops {
+			cp.kill(id, syscall.SIGKILL)
+		}
+		cp.c.RestartCluster(cp.t)
+		return t0
+	}},
 	{"crash of the primary, operator stopped", func(cp *campaign, p *corev1.Pod) time.Time {
 		for id := range cp.ops {
 			cp.kill(id, syscall.SIGTERM)
