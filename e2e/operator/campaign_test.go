@@ -299,6 +299,7 @@ func TestFaultCampaign(t *testing.T) {
 	}
 	cp.ns = c.RealNamespace(t, "chaos")
 	deleteCachesOnCleanup(t, c, cp.ns)
+	dumpMembersOnFailure(t, c, cp.ns, chaosCache)
 	createCache(t, c, cp.ns, chaosCache, map[string]interface{}{"size": int64(3), "version": cp.version, "storageGi": int64(1)})
 	waitWhole(t, c, cp.ns, chaosCache, 3, 3*time.Minute)
 	cp.pw = password(t, c, cp.ns, chaosCache)

@@ -321,6 +321,39 @@ func deleteCachesOnCleanup(t *testing.T, c *framework.Cluster, ns string) {
 	})
 }
 
+// dumpMembersOnFailure logs, if the test failed, what each member of the cache shows: its role
+// label, restarts, the last lines of its current and previous container's log and its data
+// directory. Register it after deleteCachesOnCleanup: cleanups run last first.
+func dumpMembersOnFailure(t *testing.T, c *framework.Cluster, ns, cache string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		pods, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + cache})
+		if err != nil {
+			t.Logf("members of %s/%s: %v", ns, cache, err)
+			return
+		}
+		for _, p := range pods.Items {
+			restarts := int32(0)
+			for _, cs := range p.Status.ContainerStatuses {
+				restarts += cs.RestartCount
+			}
+			t.Logf("member %s: role label %q, IP %s, node %s, %d restarts", p.Name, p.Labels["cache.example.com/role"], p.Status.PodIP, p.Spec.NodeName, restarts)
+			for _, args := range [][]string{
+				{"logs", "-n", ns, p.Name, "-c", "redis", "--tail", "15"},
+				{"logs", "-n", ns, p.Name, "-c", "redis", "--tail", "15", "--previous"},
+				{"exec", "-n", ns, p.Name, "-c", "redis", "--", "ls", "-la", "/data", "/data/appendonlydir"},
+			} {
+				out, err := c.Kubectl(ctx, args...)
+				t.Logf("member %s: kubectl %s (%v):\n%s", p.Name, strings.Join(args[:1], " "), err, out)
+			}
+		}
+	})
+}
+
 var netDialer = net.Dialer{Timeout: 5 * time.Second}
 
 const sigterm = syscall.SIGTERM

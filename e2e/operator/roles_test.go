@@ -266,6 +266,7 @@ func newRealCache(t *testing.T, nsPrefix, name string, operatorArgs ...string) r
 	op := startOperator(t, c, operatorArgs...)
 	ns := c.RealNamespace(t, nsPrefix)
 	deleteCachesOnCleanup(t, c, ns)
+	dumpMembersOnFailure(t, c, ns, name)
 	createCache(t, c, ns, name, map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(1)})
 	primary := waitWhole(t, c, ns, name, 3, 3*time.Minute)
 	return realCache{c: c, ns: ns, primary: primary, password: password(t, c, ns, name),
