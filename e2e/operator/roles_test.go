@@ -506,8 +506,14 @@ func TestExistingCacheMovesToRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if role, err := roleOf(m0.Status.PodIP, pw); role != "master" {
-		t.Fatalf("legacy m-0 is %q (%v); want the primary by its ordinal", role, err)
+	var role string
+	framework.Eventually(t, 30*time.Second, "legacy m-0 to answer ROLE from this machine", func() (bool, string, error) {
+		var err error
+		role, err = roleOf(m0.Status.PodIP, pw)
+		return err == nil, fmt.Sprint(err), nil
+	})
+	if role != "master" {
+		t.Fatalf("legacy m-0 is %q; want the primary by its ordinal", role)
 	}
 	cl := newClient(net.JoinHostPort(m0.Status.PodIP, "6379"), pw)
 	const keys = 500
