@@ -72,3 +72,25 @@ func TestWriterCountsLossesOnAKeySpace(t *testing.T) {
 		t.Errorf("lost %s; want %s", got, want)
 	}
 }
+
+// isFenced, which assertOnePrimary uses: a master with no replica is held by
+// min-replicas-to-write 1 (and a write is refused), not with 0.
+func TestIsFencedOnALocalServer(t *testing.T) {
+	const pw = "fence-test-password"
+	addr := localServer(t, pw)
+	cl := newClient(addr, pw)
+	defer cl.Close()
+	ctx := context.Background()
+	if isFenced(addr, pw) {
+		t.Error("fenced with min-replicas-to-write 0")
+	}
+	if err := cl.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !isFenced(addr, pw) {
+		t.Error("not fenced with min-replicas-to-write 1 and no replica")
+	}
+	if err := cl.Set(ctx, "k", 1, 0).Err(); err == nil || !strings.Contains(err.Error(), "NOREPLICAS") {
+		t.Errorf("a write to the fenced master: %v; want NOREPLICAS", err)
+	}
+}
