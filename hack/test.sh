@@ -63,11 +63,13 @@ if [[ $unit_rc != 0 ]]; then
 fi
 if [[ $e2e != 0 ]]; then
 	echo "test: the build or the end-to-end tests failed (exit $e2e)"
-	# What each failed test said last (its t.Log and t.Error lines), so that the end of the
-	# output, often all a CI page keeps, says why.
+	# What each failed test said last (its t.Log and t.Error lines, without the members' logs
+	# that a failed test dumps), so that the end of the output, often all a CI page keeps, says
+	# why.
 	if [[ -f .test/e2e.log ]]; then
 		awk '
 			/^=== (RUN|CONT) / { cur = $3; next }
+			/^ +[^ ]+_test\.go:[0-9]+: member [^ ]+: (role label|kubectl)/ { next }
 			/^ +[^ ]+_test\.go:[0-9]+: / && cur != "" { n[cur]++; said[cur, n[cur]] = substr($0, 1, 400); next }
 			/^ *--- FAIL: / {
 				name = $3; print "test: " name " failed; its last lines:"
