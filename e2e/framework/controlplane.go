@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // RestartComponent stops one control-plane component of the test cluster (etcd or
@@ -67,6 +69,43 @@ func (c *Cluster) EnsureControlPlane(t testing.TB) {
 		t.Logf("control-plane components not running: %v; starting them", dead)
 		c.startControlPlane(t)
 	}
+	c.waitLeaders(t)
+}
+
+// waitLeaders waits until kube-controller-manager and kube-scheduler lead: each one's lease was
+// renewed after its running process started. A component that restarted waits out the lease of
+// the process it replaced (15 s by default) before it acts: until then no Service endpoint
+// changes and no pod is scheduled, which a test's next step must not take for the system's own
+// slowness.
+func (c *Cluster) waitLeaders(t testing.TB) {
+	t.Helper()
+	start := time.Now()
+	for _, component := range []string{"kube-controller-manager", "kube-scheduler"} {
+		b, err := os.ReadFile(filepath.Join(c.Dir, "kwok", "clusters", c.Name, "pids", component+".pid"))
+		if err != nil {
+			continue // not a component of this cluster
+		}
+		began, ok := processStart(strings.TrimSpace(string(b)))
+		if !ok {
+			continue
+		}
+		Eventually(t, 90*time.Second, component+" to lead (its lease renewed by the running process)", func() (bool, string, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			l, err := c.Kube.CoordinationV1().Leases("kube-system").Get(ctx, component, metav1.GetOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			if l.Spec.RenewTime == nil {
+				return false, "lease never renewed", nil
+			}
+			renewed := l.Spec.RenewTime.Time
+			return renewed.After(began), fmt.Sprintf("renewed %s, process started %s", renewed.Format(time.StampMilli), began.Format(time.StampMilli)), nil
+		})
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Logf("waited %v for the control plane's leaders", d.Round(100*time.Millisecond))
+	}
 }
 
 // stoppedComponents names the control-plane components whose process is gone (or a zombie).
@@ -109,6 +148,38 @@ func (c *Cluster) startControlPlane(t testing.TB) {
 		body, err := c.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(rctx)
 		return err == nil && string(body) == "ok", fmt.Sprintf("readyz %q %v %s", body, err, failed), nil
 	})
+}
+
+// processStart is when process pid started: its start time in clock ticks after boot
+// (/proc/<pid>/stat, field 22; USER_HZ is 100 on Linux) plus the boot time (/proc/stat btime).
+func processStart(pid string) (time.Time, bool) {
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return time.Time{}, false
+	}
+	s := string(stat)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // fields from the state on (field 3)
+	if len(fields) < 20 {
+		return time.Time{}, false
+	}
+	ticks, err := strconv.ParseInt(fields[19], 10, 64) // field 22
+	if err != nil {
+		return time.Time{}, false
+	}
+	boot, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, line := range strings.Split(string(boot), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			btime, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return time.Time{}, false
+			}
+			return time.Unix(btime, 0).Add(time.Duration(ticks) * 10 * time.Millisecond), true
+		}
+	}
+	return time.Time{}, false
 }
 
 // running reports whether the process pid exists and is not a zombie.
