@@ -3,51 +3,18 @@ package operator
 import (
 	"context"
 	"fmt"
-	"net"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
-)
 
-// localServer runs a redis-server on 127.0.0.1 until the test ends (no cluster needed); its
-// configuration goes in on standard input.
-func localServer(t *testing.T, pw string) string {
-	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server is needed (Debian package redis-server): %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_, port, _ := net.SplitHostPort(addr)
-	l.Close()
-	cmd := exec.Command(path, "-")
-	cmd.Stdin = strings.NewReader(fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\nrequirepass %q\n", port, t.TempDir(), pw))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	cl := newClient(addr, pw)
-	defer cl.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for cl.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not answer", addr)
-		}
-		time.Sleep(50 * time.Millisecond) // polling a starting server, with a deadline
-	}
-	return addr
-}
+	"example.com/cache-operator/engine/member/membertest"
+)
 
 // The writer's loss count on a key space: a key set back to an older write's number, or
 // deleted, loses every acknowledged write to it after that number, and nothing else.
 func TestWriterCountsLossesOnAKeySpace(t *testing.T) {
 	const pw = "writer-test-password"
-	addr := localServer(t, pw)
+	addr := membertest.Server(t, pw, "")
 	w := startWriterKeys(t, addr, pw, "k:", false, 10, 45, 30*time.Second)
 	<-w.done
 	if len(w.acked) != 45 {
@@ -77,7 +44,7 @@ func TestWriterCountsLossesOnAKeySpace(t *testing.T) {
 // min-replicas-to-write 1 (and a write is refused), not with 0.
 func TestIsFencedOnALocalServer(t *testing.T) {
 	const pw = "fence-test-password"
-	addr := localServer(t, pw)
+	addr := membertest.Server(t, pw, "")
 	cl := newClient(addr, pw)
 	defer cl.Close()
 	ctx := context.Background()

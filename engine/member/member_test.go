@@ -4,46 +4,20 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"example.com/cache-operator/engine/member/membertest"
 )
 
-// server runs a redis-server on 127.0.0.1 until the test ends; its configuration goes in on
-// standard input, so the password is on no command line.
+// server runs a redis-server on 127.0.0.1 until the test ends (membertest.Server).
 func server(t testing.TB, password, extra string) string {
 	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server is needed (Debian package redis-server): %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_, port, _ := net.SplitHostPort(addr)
-	l.Close()
-	cmd := exec.Command(path, "-")
-	cmd.Stdin = strings.NewReader(fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\nrequirepass %q\nmasterauth %q\n%s\n",
-		port, t.TempDir(), password, password, extra))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := Observe(context.Background(), addr, password); err == nil {
-			return addr
-		} else if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not answer: %v", addr, err)
-		}
-		time.Sleep(50 * time.Millisecond) // polling a starting server, with a deadline
-	}
+	return membertest.Server(t, password, extra)
 }
 
 func TestObserveRealServers(t *testing.T) {
