@@ -293,7 +293,8 @@ func TestFaultCampaign(t *testing.T) {
 	t.Logf("fault campaign: %d faults, seed %d (CACHE_E2E_CHAOS_SEED=%d replays the order)", count, seed, seed)
 	c := framework.Setup(t)
 	cp := &campaign{t: t, c: c, rng: rand.New(rand.NewSource(seed)), ops: map[string]*chaosOperator{}, version: "7.4",
-		args: []string{"--leader-elect", "--leader-elect-lease-duration=8s", "--leader-elect-renew-deadline=5s", "--leader-elect-retry-period=1s"}}
+		// -v=3: the member passes' decisions are in the operators' logs (.cluster-test/operator-*.log).
+		args: []string{"--leader-elect", "--leader-elect-lease-duration=8s", "--leader-elect-renew-deadline=5s", "--leader-elect-retry-period=1s", "-v=3"}}
 	for _, id := range []string{"chaos-a", "chaos-b"} {
 		cp.start(id)
 	}
