@@ -89,6 +89,8 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		Replicas: int(spec.Replicas), History: mem.lastPrimaryHistory,
 	}
 	act := roles.Decide(v, mem.lastPrimaryOffset)
+	logger.V(3).Info("Member pass decided", "primary", act.Primary, "degraded", act.Degraded, "why", act.DegradedMessage,
+		"promote", act.Promote, "switchTo", act.SwitchTo, "follow", act.Follow, "labels", act.Labels, "delete", act.Delete)
 	acted, err := c.act(ctx, mc, members, act, mem, cred)
 	view := observedView(members, act)
 	view.Password = cred.Revision
