@@ -42,7 +42,11 @@ func assertOnePrimary(t *testing.T, c *framework.Cluster, ns, cache, pw, step st
 		}
 		if role, err := roleOf(p.Status.PodIP, pw); err == nil && role == "master" {
 			if isFenced(net.JoinHostPort(p.Status.PodIP, "6379"), pw) {
-				fenced = append(fenced, p.Name)
+				name := p.Name
+				if p.Labels[roleLabel] == "primary" {
+					name += " (the labelled primary, its replicas not yet in sync)"
+				}
+				fenced = append(fenced, name)
 			} else {
 				masters = append(masters, p.Name)
 			}
