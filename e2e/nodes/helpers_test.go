@@ -9,6 +9,7 @@ import (
 
 	"example.com/cache-operator/e2e/framework"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -97,6 +98,24 @@ func waitPod(t *testing.T, c *framework.Cluster, ns, name string, timeout time.D
 		return cond(p), describe(p), nil
 	})
 	return last
+}
+
+// waitRemoved waits until the pod is gone from the API server and returns how long after since.
+func waitRemoved(t *testing.T, c *framework.Cluster, ns, name string, since time.Time, timeout time.Duration, what string) time.Duration {
+	t.Helper()
+	var gone time.Duration
+	framework.Eventually(t, timeout, "pod "+name+" "+what, func() (bool, string, error) {
+		p, err := c.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			gone = time.Since(since)
+			return true, "gone", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		return false, describe(p), nil
+	})
+	return gone
 }
 
 // neverRunning watches a pod whose container cannot start through the given number of further

@@ -8,7 +8,6 @@ import (
 
 	"example.com/cache-operator/e2e/framework"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -44,18 +43,7 @@ func TestGracefulTermination(t *testing.T) {
 	})
 	// Once its process has exited, the pod leaves the API server at once, as with the kubelet,
 	// not when its 30 s grace period ends.
-	var politeGone time.Duration
-	framework.Eventually(t, 40*time.Second, "polite to be removed from the API server", func() (bool, string, error) {
-		p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, "polite", metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			politeGone = time.Since(politeDeleted)
-			return true, "", nil
-		}
-		if err != nil {
-			return false, "", err
-		}
-		return false, describe(p), nil
-	})
+	politeGone := waitRemoved(t, c, ns, "polite", politeDeleted, 40*time.Second, "to be removed from the API server")
 	t.Logf("polite pod (exits 1 s after SIGTERM) gone %s after deletion (grace period 30 s)", politeGone.Round(100*time.Millisecond))
 	if politeGone > 10*time.Second {
 		t.Errorf("a pod whose process exited 1 s after SIGTERM stayed %s; want it removed once stopped, long before its 30 s grace period", politeGone)
@@ -65,18 +53,7 @@ func TestGracefulTermination(t *testing.T) {
 	if err := c.Kube.CoreV1().Pods(ns).Delete(ctx, "stubborn", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var gone time.Duration
-	framework.Eventually(t, 30*time.Second, "stubborn to be killed after its grace period", func() (bool, string, error) {
-		p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, "stubborn", metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			gone = time.Since(start)
-			return true, "gone", nil
-		}
-		if err != nil {
-			return false, "", err
-		}
-		return false, describe(p), nil
-	})
+	gone := waitRemoved(t, c, ns, "stubborn", start, 30*time.Second, "to be killed after its grace period")
 	if gone < 3*time.Second || gone > 15*time.Second {
 		t.Errorf("a container ignoring SIGTERM with a 3 s grace period was gone after %s; want between 3 s and 15 s", gone)
 	}
