@@ -157,40 +157,31 @@ func (c *Controller) depose(ctx context.Context, mc *unstructured.Unstructured, 
 	}
 }
 
-// switchover hands the primary role from a live primary to target: FAILOVER TO pauses the old
-// primary's writes until target has all of them and swaps the roles; then the role labels move,
-// the old primary's first and target's at once, so the read-write Service changes once, with
-// no stretch between two changes (kube-proxy applies a second change within a second only
-// from its burst); then the others follow target. Until the labels move, new connections
-// through the Service wait on the paused primary rather than find no endpoint.
+// switchover hands the primary role from a live primary to target (member.Handover): the old
+// primary's writes are held while target catches up and the roles swap; then the role labels
+// move, the old primary's first and target's at once, so the read-write Service changes once,
+// with no stretch between two changes (kube-proxy applies a second change within a second only
+// from its burst); then the old primary lets its held writes go (they fail READONLY, and their
+// clients reconnect through the Service), and the others follow target. Until the labels move,
+// new connections through the Service wait on the paused primary rather than find no endpoint.
 func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructured, from, to roles.Member, members []roles.Member, client func(roles.Member) *redis.Client) error {
 	logger := klog.FromContext(ctx)
 	start := time.Now()
 	c.recorder.Eventf(mc, corev1.EventTypeNormal, "SwitchoverStarted", "Handing the primary role from %s to %s", from.Name, to.Name)
 	logger.Info("Switchover started", "from", from.Name, "to", to.Name)
 	ns := mc.GetNamespace()
-	restore := func(cause error) error {
-		_ = member.AbortFailover(ctx, client(from))
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, "SwitchoverFailed", "Handing over from %s to %s failed: %v", from.Name, to.Name, cause)
-		return fmt.Errorf("switchover from %s to %s: %w", from.Name, to.Name, cause)
+	times, err := member.Handover(ctx, client(from), client(to), to.IP, api.Port, 3*time.Second, 8*time.Second)
+	if err != nil {
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, "SwitchoverFailed", "Handing over from %s to %s failed: %v", from.Name, to.Name, err)
+		return fmt.Errorf("switchover from %s to %s: %w", from.Name, to.Name, err)
 	}
-	if err := member.Failover(ctx, client(from), to.IP, api.Port, 5*time.Second); err != nil {
-		return restore(err)
-	}
-	deadline := time.Now().Add(6 * time.Second)
-	for {
-		r, err := member.ObserveWith(ctx, client(to))
-		if err == nil && r.Role == member.Primary {
-			break
+	// The held writes go once the labels moved, or at once when they cannot be moved (the pause
+	// would otherwise hold them until it ends).
+	defer func() {
+		if err := member.Unpause(ctx, client(from)); err != nil {
+			logger.Info("Could not end the old primary's pause; it ends by itself", "member", from.Name, "err", err)
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return restore(fmt.Errorf("%s did not become primary within 6s (last: %+v, %v)", to.Name, r, err))
-		}
-		select { // polling the handover, bounded by the deadline above
-		case <-ctx.Done():
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	}()
 	if err := c.setRole(ctx, ns, from, api.RoleReplica); err != nil {
 		return err
 	}
@@ -207,7 +198,7 @@ func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructur
 	took := time.Since(start)
 	metrics.Failover("switchover", took)
 	c.recorder.Eventf(mc, corev1.EventTypeNormal, "SwitchoverCompleted", "%s is the primary instead of %s (%.2fs)", to.Name, from.Name, took.Seconds())
-	logger.Info("Switchover", "from", from.Name, "to", to.Name, "took", took)
+	logger.Info("Switchover", "from", from.Name, "to", to.Name, "took", took, "caughtUp", times.CaughtUp, "promoted", times.Promoted)
 	if mc.GetAnnotations()[api.SwitchoverAnnotation] != "" {
 		return c.clearSwitchover(ctx, mc)
 	}

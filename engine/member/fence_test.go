@@ -47,7 +47,12 @@ func TestGuardedPoolRefusesChangesOnRealServers(t *testing.T) {
 			_, err := DisconnectClients(ctx, c)
 			return err
 		}(),
-		"FAILOVER": Failover(ctx, c, host, portN, time.Second),
+		"FAILOVER":       forceFailover(ctx, c, host, portN),
+		"CLIENT UNPAUSE": Unpause(ctx, c),
+		"handover": func() error {
+			_, err := Handover(ctx, c, c, host, portN, time.Second, time.Second)
+			return err
+		}(),
 	}
 	for name, err := range refused {
 		if !errors.Is(err, errStale) {

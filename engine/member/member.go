@@ -198,19 +198,6 @@ func Follow(ctx context.Context, c *redis.Client, host string, port int) error {
 	return nil
 }
 
-// Failover asks a primary to hand over to its replica at host:port (FAILOVER TO host port
-// TIMEOUT): the primary pauses writes, waits until the replica has everything, then the replica
-// becomes primary and the old one its replica. It returns once the request is accepted; the
-// handover itself runs on the server, and gives up (the old primary resumes) after timeout.
-func Failover(ctx context.Context, c *redis.Client, host string, port int, timeout time.Duration) error {
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	if err := c.Do(ctx, "FAILOVER", "TO", host, strconv.Itoa(port), "TIMEOUT", strconv.FormatInt(timeout.Milliseconds(), 10)).Err(); err != nil {
-		return fmt.Errorf("member %s: FAILOVER TO %s: %w", c.Options().Addr, net.JoinHostPort(host, strconv.Itoa(port)), err)
-	}
-	return nil
-}
-
 // AbortFailover stops a handover in progress (FAILOVER ABORT); none in progress is not an error.
 func AbortFailover(ctx context.Context, c *redis.Client) error {
 	ctx, cancel := bounded(ctx)

@@ -120,10 +120,13 @@ func TestRoleChangesOnRealServers(t *testing.T) {
 			fmt.Sprintf("%+v %v; primary %+v %v", r, err, p, errP)
 	})
 
-	if err := Failover(ctx, ca, bHost, bPort, 5*time.Second); err != nil {
+	if _, err := Handover(ctx, ca, cb, bHost, bPort, 5*time.Second, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("b primary and a its replica after FAILOVER", func() (bool, string) {
+	if err := Unpause(ctx, ca); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("b primary and a its replica after the handover", func() (bool, string) {
 		rb, errB := ObserveWith(ctx, cb)
 		ra, errA := ObserveWith(ctx, ca)
 		return errA == nil && errB == nil && rb.Role == Primary && ra.Role == Replica && ra.PrimaryPort == bPort,
