@@ -352,7 +352,7 @@ func TestFaultCampaign(t *testing.T) {
 		assertOnePrimary(t, c, cp.ns, chaosCache, cp.pw, fmt.Sprintf("fault %d (%s)", i+1, f.name))
 		cp.kept.waitOK(t, time.Now(), time.Minute)
 		cp.again.waitOK(t, time.Now(), time.Minute)
-		gap := cp.again.longestFailure(t0)
+		gap := cp.again.longestStall(t0)
 
 		var newLost []int
 		var lateAck time.Duration

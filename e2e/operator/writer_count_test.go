@@ -61,3 +61,32 @@ func TestIsFencedOnALocalServer(t *testing.T) {
 		t.Errorf("a write to the fenced master: %v; want NOREPLICAS", err)
 	}
 }
+
+// TestLongestStallCountsHeldAndFailedWrites: a stall runs from the last acknowledgement to the
+// next, whether the writes between failed or were held; one that ends before t0 is not counted.
+func TestLongestStallCountsHeldAndFailedWrites(t *testing.T) {
+	base := time.Now()
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	w := &writer{events: []writeEvent{
+		{at: at(0), ok: true}, {at: at(900), ok: true}, // held 0.9 s, before t0
+		{at: at(1000), ok: true}, {at: at(1400), ok: false}, {at: at(1600), ok: true}, // 0.6 s across t0
+		{at: at(1700), ok: true}, {at: at(2000), ok: true}, // held 0.3 s
+		{at: at(2100), ok: false}, {at: at(2800), ok: false}, // failing at the end: 0.8 s so far
+	}}
+	for _, tc := range []struct {
+		t0   time.Time
+		want time.Duration
+	}{
+		{at(1100), 800 * time.Millisecond},
+		{at(0), 900 * time.Millisecond},
+		{at(1900), 800 * time.Millisecond},
+	} {
+		if got := w.longestStall(tc.t0); got != tc.want {
+			t.Errorf("longestStall(+%v) = %v; want %v", tc.t0.Sub(base), got, tc.want)
+		}
+	}
+	w.events = w.events[:7]
+	if got := w.longestStall(at(1650)); got != 300*time.Millisecond {
+		t.Errorf("after the last failure was cut: %v; want 300ms", got)
+	}
+}

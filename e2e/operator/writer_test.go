@@ -162,6 +162,30 @@ func (w *writer) recoveredAfter(t0 time.Time) (time.Duration, bool) {
 	return 0, !failed
 }
 
+// longestStall is the longest span without an acknowledged write that ends after t0 (it may
+// begin before, at the last acknowledgement before t0): failed writes and writes held by a paused
+// primary count alike, as a client sees them. A writer whose last write failed is stalled until
+// that write.
+func (w *writer) longestStall(t0 time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var longest time.Duration
+	var last time.Time
+	for _, e := range w.events {
+		if !e.ok {
+			continue
+		}
+		if !e.at.Before(t0) && !last.IsZero() {
+			longest = max(longest, e.at.Sub(last))
+		}
+		last = e.at
+	}
+	if n := len(w.events); n > 0 && !w.events[n-1].ok && !last.IsZero() {
+		longest = max(longest, w.events[n-1].at.Sub(last))
+	}
+	return longest
+}
+
 // failedTime sums the spans in which writes failed: from a failure that follows a success until
 // the next success.
 func (w *writer) failedTime() (time.Duration, map[string]int) {
