@@ -53,7 +53,8 @@ const chaosKeys = 100_000
 // (whether killed by a fault or on its own, as after losing the lease).
 type chaosOperator struct {
 	*operator
-	exited chan struct{}
+	exited  chan struct{}
+	started time.Time
 }
 
 func (o *chaosOperator) alive() bool {
@@ -458,7 +459,8 @@ func TestFaultCampaign(t *testing.T) {
 
 // start runs an operator replica with the campaign's leader election under identity id.
 func (cp *campaign) start(id string) {
-	op := &chaosOperator{operator: startOperator(cp.t, cp.c, append(append([]string{}, cp.args...), "--identity="+id)...), exited: make(chan struct{})}
+	started := time.Now()
+	op := &chaosOperator{operator: startOperator(cp.t, cp.c, append(append([]string{}, cp.args...), "--identity="+id)...), exited: make(chan struct{}), started: started}
 	cmd := op.cmd
 	go func() { _ = cmd.Wait(); close(op.exited) }()
 	cp.ops[id] = op
@@ -496,10 +498,18 @@ func (cp *campaign) waitExit(id string, timeout time.Duration) {
 // leader is the identity holding the lease (waiting for one).
 func (cp *campaign) leader() string {
 	var h string
-	framework.Eventually(cp.t, time.Minute, "a leader", func() (bool, string, error) {
-		var err error
-		h, _, err = leaseHolder(cp.c)
-		return cp.ops[h] != nil && cp.ops[h].alive(), "holder " + h, err
+	// The Lease can name a process that is gone (a restarted one has the same identity) or whose
+	// lease ran out: the leader is the living process that renewed it, within its duration.
+	framework.Eventually(cp.t, time.Minute, "a leader that renewed its lease", func() (bool, string, error) {
+		l, err := cp.c.Kube.CoordinationV1().Leases("cache-operator-system").Get(context.Background(), "cache-operator", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+			return false, fmt.Sprintf("lease %v", err), nil
+		}
+		h = *l.Spec.HolderIdentity
+		renewed, valid := l.Spec.RenewTime.Time, time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second
+		op := cp.ops[h]
+		ok := op != nil && op.alive() && renewed.After(op.started) && time.Since(renewed) < valid
+		return ok, fmt.Sprintf("holder %s, renewed %v ago", h, time.Since(renewed).Round(time.Millisecond)), nil
 	})
 	return h
 }
