@@ -60,6 +60,7 @@ func main() {
 	memberNetworks := flag.String("member-networks", "", "comma-separated CIDRs the operator may dial members in; a cache with a member elsewhere is not observed: no roles read, no failover (empty: any)")
 	flag.IntVar(&cfg.Controller.MemberWorkers, "member-workers", 16, "member passes (reading servers, moving roles) run in parallel")
 	flag.DurationVar(&cfg.Controller.MemberPoll, "member-poll", time.Second, "how often each cache's members are read (INFO replication and keyspace)")
+	flag.DurationVar(&cfg.Controller.ServiceSettle, "service-settle", 1500*time.Millisecond, "a planned handover waits until this long after the last change to its members' Service endpoints, so that kube-proxy (one sync per --iptables-min-sync-period, 1 s by default) applies the read-write Service's change at once; kube-proxy's period plus its sync time (0: no wait)")
 	flag.DurationVar(&cfg.Controller.PasswordOverlap, "password-overlap", credentials.DefaultPasswordOverlap, "how long the previous clients' password is still accepted after a rotation")
 	gcPercent := flag.Int("gc-percent", 25, "the Go garbage collector's target, as GOGC (which, set in the environment, replaces this default): lower trades CPU for memory")
 	klog.InitFlags(nil)

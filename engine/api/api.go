@@ -125,11 +125,18 @@ func StandardLabels(name string) map[string]string {
 }
 
 // The role label: the operator sets it on each member's pod from what the member's server reports
-// (INFO replication). The read-write Service selects the primary, the read-only one the replicas.
+// (INFO replication). The read-only Service selects the replicas.
+//
+// The read-write label (value "true") is on the primary, and is what the read-write Service
+// selects. It follows the role label, except in a handover, where it is put on the new primary
+// before any role label moves: the first change kube-proxy sees is then the read-write Service's
+// alone (with a change to both Services at once, kube-proxy may apply the read-only one first
+// and the read-write one only after its minimum sync period, 1 s by default).
 const (
-	LabelRole   = "cache.example.com/role"
-	RolePrimary = "primary"
-	RoleReplica = "replica"
+	LabelRole      = "cache.example.com/role"
+	RolePrimary    = "primary"
+	RoleReplica    = "replica"
+	LabelReadWrite = "cache.example.com/read-write"
 )
 
 // ConditionReady is the type of the condition that says whether a cache is serving.

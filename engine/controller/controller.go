@@ -69,6 +69,9 @@ type Options struct {
 	MemberWorkers int
 	// MemberPoll is how often each observed cache's members are read (default 1s).
 	MemberPoll time.Duration
+	// ServiceSettle is how long a planned handover waits after the last change to its members'
+	// Service endpoints (dataplane.Options.ServiceSettle).
+	ServiceSettle time.Duration
 	// MayWrite, when set, is asked before every Redis command that changes a member (the lease
 	// fence of the API writes, package app).
 	MayWrite func() error
@@ -174,7 +177,7 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	}
 	// A member pass whose view changed has the cache's status rewritten.
 	c.members, err = dataplane.New(client, c.informers, recorder,
-		dataplane.Options{MemberNetworks: opts.MemberNetworks, Workers: opts.MemberWorkers, Poll: opts.MemberPoll, MayWrite: opts.MayWrite,
+		dataplane.Options{MemberNetworks: opts.MemberNetworks, Workers: opts.MemberWorkers, Poll: opts.MemberPoll, ServiceSettle: opts.ServiceSettle, MayWrite: opts.MayWrite,
 			ClientName: strings.ReplaceAll(api.FieldManager+"/"+opts.Identity, " ", "_")}, c.queue.Add)
 	if err != nil {
 		return nil, err

@@ -92,6 +92,17 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 		}
 		acted = true
 	}
+	// The read-write label follows the role label wherever it does not (a handover cut short, or
+	// a member labelled by an operator that had no such label).
+	for _, m := range members {
+		if _, moved := act.Labels[m.Name]; moved || m.Label == "" || m.ReadWrite == (m.Label == api.RolePrimary) {
+			continue
+		}
+		if err := c.setRole(ctx, mc.GetNamespace(), m, m.Label); err != nil {
+			return acted, err
+		}
+		acted = true
+	}
 	for _, name := range act.Follow {
 		m := byName[name]
 		if m.IsPrimary() {
@@ -182,6 +193,11 @@ func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructur
 			logger.Info("Could not end the old primary's pause; it ends by itself", "member", from.Name, "err", err)
 		}
 	}()
+	// The read-write Service's change comes first and alone (see api.LabelReadWrite): for a moment
+	// it leads to both, the old primary answering READONLY, so clients retry.
+	if err := c.leadWrites(ctx, ns, to); err != nil {
+		return err
+	}
 	if err := c.setRole(ctx, ns, from, api.RoleReplica); err != nil {
 		return err
 	}
@@ -220,17 +236,35 @@ func (c *Controller) clearSwitchover(ctx context.Context, mc *unstructured.Unstr
 	return err
 }
 
-// setRole sets a member's role label (on that very pod: the patch carries its UID).
+// setRole sets a member's role label, and its read-write label to match (on the primary only),
+// on that very pod: the patch carries its UID.
 func (c *Controller) setRole(ctx context.Context, ns string, m roles.Member, role string) error {
-	patch, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{
-		"uid": m.UID, "labels": map[string]string{api.LabelRole: role}}})
-	_, err := c.client.Resource(informers.Pods).Namespace(ns).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager})
-	if err != nil {
+	var rw interface{} // null: removed
+	if role == api.RolePrimary {
+		rw = "true"
+	}
+	if err := c.patchLabels(ctx, ns, m, map[string]interface{}{api.LabelRole: role, api.LabelReadWrite: rw}); err != nil {
 		return fmt.Errorf("Pod/%s/%s: setting role %s: %w", ns, m.Name, role, err)
 	}
 	c.store.expectLabel(ns+"/"+m.Name, m.UID, role)
 	klog.FromContext(ctx).V(2).Info("Role label set", "member", m.Name, "role", role)
 	return nil
+}
+
+// leadWrites puts the read-write label on a member, so that the read-write Service leads to it,
+// and leaves its role label as it is.
+func (c *Controller) leadWrites(ctx context.Context, ns string, m roles.Member) error {
+	if err := c.patchLabels(ctx, ns, m, map[string]interface{}{api.LabelReadWrite: "true"}); err != nil {
+		return fmt.Errorf("Pod/%s/%s: setting the read-write label: %w", ns, m.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Read-write label set", "member", m.Name)
+	return nil
+}
+
+func (c *Controller) patchLabels(ctx context.Context, ns string, m roles.Member, labels map[string]interface{}) error {
+	patch, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"uid": m.UID, "labels": labels}})
+	_, err := c.client.Resource(informers.Pods).Namespace(ns).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager})
+	return err
 }
 
 // deletePod deletes a member's pod to roll it; the StatefulSet makes it anew on the new revision.

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/informers"
 	"example.com/cache-operator/engine/member"
 )
@@ -38,6 +39,13 @@ type Options struct {
 	Workers int
 	// Poll is how often each observed cache's members are read (default 1s).
 	Poll time.Duration
+	// ServiceSettle is how long a planned handover (a switchover) waits after the last change to
+	// its members' Service endpoints: a pod's readiness, deletion, address or labels. kube-proxy
+	// applies one change per minimum sync period (1 s by default, counted from the end of its
+	// last sync; no bursts since Kubernetes 1.33). A handover right after such a change, as a
+	// pod deletion makes, would hold every write until kube-proxy's next turn; while the handover
+	// waits instead, writes go on. 0: no wait.
+	ServiceSettle time.Duration
 	// MayWrite, when set, is asked before every command that changes a member (the lease
 	// fence: nil while this process leads with a fresh renewal).
 	MayWrite func() error
@@ -83,16 +91,24 @@ func New(client dynamic.Interface, set *informers.Set, recorder record.EventReco
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "members"}),
 		pool: member.NewGuardedPool(opts.MayWrite, opts.ClientName),
 		store: memberStore{views: map[string]View{}, memory: map[string]*roleMemory{},
-			labels: map[string]labelExpectation{}, deleted: map[string]types.UID{}},
+			labels: map[string]labelExpectation{}, deleted: map[string]types.UID{},
+			endpoints: map[string]time.Time{}},
 	}
 	if _, err := set.Pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueuePod,
+		AddFunc: func(obj interface{}) {
+			c.endpointsChanged(obj)
+			c.enqueuePod(obj)
+		},
 		UpdateFunc: func(old, cur interface{}) {
 			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
+				if endpointsDiffer(old, cur) {
+					c.endpointsChanged(cur)
+				}
 				c.enqueuePod(cur)
 			}
 		},
 		DeleteFunc: func(obj interface{}) {
+			c.endpointsChanged(obj)
 			c.enqueuePod(obj)
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tomb.Obj
@@ -137,6 +153,25 @@ func (c *Controller) ShutDown() {
 func (c *Controller) Wait() {
 	c.workers.Wait()
 	c.pool.Close()
+}
+
+// endpointsDiffer reports whether a pod update changes what the EndpointSlice controller
+// publishes for it: its readiness, deletion, address or the labels the Services select on.
+func endpointsDiffer(old, cur interface{}) bool {
+	o, ok1 := old.(*informers.Pod)
+	n, ok2 := cur.(*informers.Pod)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return o.Ready != n.Ready || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) || o.IP != n.IP ||
+		o.Labels[api.LabelRole] != n.Labels[api.LabelRole] || o.Labels[api.LabelReadWrite] != n.Labels[api.LabelReadWrite]
+}
+
+// endpointsChanged notes when the pod's cache's Service endpoints last changed.
+func (c *Controller) endpointsChanged(obj interface{}) {
+	if key, ok := informers.PodCache(obj); ok {
+		c.store.endpointsChanged(key, time.Now())
+	}
 }
 
 // enqueuePod schedules a member pass of the pod's cache.

@@ -91,7 +91,13 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	act := roles.Decide(v, mem.lastPrimaryOffset)
 	logger.V(3).Info("Member pass decided", "primary", act.Primary, "degraded", act.Degraded, "why", act.DegradedMessage,
 		"promote", act.Promote, "switchTo", act.SwitchTo, "follow", act.Follow, "labels", act.Labels, "delete", act.Delete)
-	acted, err := c.act(ctx, mc, members, act, mem, cred)
+	var acted bool
+	if wait := c.store.settleLeft(key, c.opts.ServiceSettle, now); act.SwitchTo != "" && wait > 0 {
+		logger.V(2).Info("Switchover waits for the Services to settle", "to", act.SwitchTo, "wait", wait)
+		act.WaitUntil = now.Add(wait)
+	} else {
+		acted, err = c.act(ctx, mc, members, act, mem, cred)
+	}
 	view := observedView(members, act)
 	view.Password = cred.Revision
 	if liveOK {
@@ -129,7 +135,7 @@ func (c *Controller) memberPods(ns, name string) []roles.Member {
 			continue
 		}
 		m := roles.Member{
-			Name: p.Name, UID: p.UID, Ordinal: ord, IP: p.IP, Label: p.Labels[api.LabelRole],
+			Name: p.Name, UID: p.UID, Ordinal: ord, IP: p.IP, Label: p.Labels[api.LabelRole], ReadWrite: p.Labels[api.LabelReadWrite] == "true",
 			Deleting: p.DeletionTimestamp != nil, Revision: p.Labels["controller-revision-hash"],
 			Stopped: !p.Running && p.IP != "", PodReady: p.Ready,
 		}

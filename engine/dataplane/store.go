@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/roles"
 )
 
@@ -40,6 +41,28 @@ type memberStore struct {
 	// catches up.
 	labels  map[string]labelExpectation
 	deleted map[string]types.UID
+	// endpoints holds, by cache key, when its members' Service endpoints last changed as this
+	// process saw it (see Options.ServiceSettle).
+	endpoints map[string]time.Time
+}
+
+func (s *memberStore) endpointsChanged(key string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endpoints[key] = at
+}
+
+// settleLeft is how much longer a handover of the cache key waits for its Services to settle:
+// until settle after their last change. (The pod informer's first list counts as a change: a
+// process that just started does not know the earlier ones.)
+func (s *memberStore) settleLeft(key string, settle time.Duration, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last, ok := s.endpoints[key]
+	if !ok {
+		return 0
+	}
+	return max(0, last.Add(settle).Sub(now))
 }
 
 type labelExpectation struct {
@@ -72,7 +95,7 @@ func (s *memberStore) overlay(podKey string, uid types.UID, m *roles.Member) {
 		case e.uid != uid || e.label == m.Label || time.Since(e.at) > expectationTTL:
 			delete(s.labels, podKey)
 		default:
-			m.Label = e.label
+			m.Label, m.ReadWrite = e.label, e.label == api.RolePrimary
 		}
 	}
 	if d, ok := s.deleted[podKey]; ok {

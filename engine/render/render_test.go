@@ -178,14 +178,17 @@ func TestRenderChildrenShape(t *testing.T) {
 	if got := strings.Join(kinds, ","); got != "ConfigMap,PodDisruptionBudget,Secret,Service,Service,Service,StatefulSet" {
 		t.Fatalf("kinds %s", got)
 	}
-	// The read-write Service selects the primary, the read-only one the replicas; pods start as
-	// replicas.
-	for name, role := range map[string]string{"sessions-rw": api.RolePrimary, "sessions-ro": api.RoleReplica} {
+	// The read-write Service selects the primary by its read-write label, the read-only one the
+	// replicas by their role; pods start as replicas, with no read-write label.
+	for name, want := range map[string][2]string{"sessions-rw": {api.LabelReadWrite, "true"}, "sessions-ro": {api.LabelRole, api.RoleReplica}} {
 		svc := findChild(t, objs, "Service", name)
 		sel, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector")
-		if sel[api.LabelRole] != role || sel[api.LabelInstance] != "sessions" {
-			t.Errorf("%s selects %v; want the %s members of sessions", name, sel, role)
+		if sel[want[0]] != want[1] || sel[api.LabelInstance] != "sessions" || len(sel) != 3 {
+			t.Errorf("%s selects %v; want the members of sessions with %s=%s", name, sel, want[0], want[1])
 		}
+	}
+	if l, found, _ := unstructured.NestedString(findChild(t, objs, "StatefulSet", "sessions").Object, "spec", "template", "metadata", "labels", api.LabelReadWrite); found {
+		t.Errorf("pods start with the read-write label %q; want none", l)
 	}
 	sts := findChild(t, objs, "StatefulSet", "sessions")
 	if l, _, _ := unstructured.NestedString(sts.Object, "spec", "template", "metadata", "labels", api.LabelRole); l != api.RoleReplica {

@@ -25,6 +25,8 @@ type Values struct {
 	Port int
 	// RoleLabel is the label key of a member's role; RolePrimary and RoleReplica its values.
 	RoleLabel, RolePrimary, RoleReplica string
+	// ReadWriteLabel is the label key ("true") of the member the read-write Service leads to.
+	ReadWriteLabel string
 	// ReadWriteService and ReadOnlyService are the names of the Services that reach the primary
 	// and the ready replicas.
 	ReadWriteService, ReadOnlyService string
@@ -134,6 +136,7 @@ func NewValues(mc *unstructured.Unstructured, spec api.Spec, cfg Config, auth Au
 		RoleLabel:        api.LabelRole,
 		RolePrimary:      api.RolePrimary,
 		RoleReplica:      api.RoleReplica,
+		ReadWriteLabel:   api.LabelReadWrite,
 		ReadWriteService: api.ReadWriteService(name),
 		ReadOnlyService:  api.ReadOnlyService(name),
 		ReadWriteHost:    api.ServiceHost(api.ReadWriteService(name), ns, domain),

@@ -21,12 +21,14 @@ import (
 // Member is one member of a cache as a member pass sees it: its pod from the informer cache
 // and, when its server answered, its replication state.
 type Member struct {
-	Name     string
-	UID      types.UID
-	Ordinal  int
-	IP       string
-	Label    string // the pod's role label
-	PodReady bool
+	Name    string
+	UID     types.UID
+	Ordinal int
+	IP      string
+	Label   string // the pod's role label
+	// ReadWrite: the pod has the read-write label (the read-write Service leads to it).
+	ReadWrite bool
+	PodReady  bool
 	// Stopped: the pod's server container is not running (it exited, or waits to restart).
 	Stopped  bool
 	Deleting bool
