@@ -43,10 +43,10 @@ type HandoverTimes struct {
 // On an error the handover is aborted and the primary's writes resume.
 func Handover(ctx context.Context, primary, target *redis.Client, host string, port int, catchUp, hold time.Duration) (HandoverTimes, error) {
 	var times HandoverTimes
+	start := time.Now() // no later than the pause begins on the server
 	if err := PauseWrites(ctx, primary, hold); err != nil {
 		return times, err
 	}
-	start := time.Now()
 	fail := func(err error) (HandoverTimes, error) {
 		_ = AbortFailover(ctx, primary)
 		_ = Unpause(ctx, primary)
@@ -69,6 +69,11 @@ func Handover(ctx context.Context, primary, target *redis.Client, host string, p
 			target.Options().Addr, p.Offset, catchUp, r.Role, r.Offset, r.ReplID, err))
 	}
 	times.CaughtUp = time.Since(start)
+	// The pause must still hold when FAILOVER's own begins: writes taken after the catch-up was
+	// read would not be on target, and FORCE would drop them.
+	if left := hold - time.Since(start); left < 2*Timeout {
+		return fail(fmt.Errorf("the catch-up took %v of the %v pause; handing over now could lose writes", times.CaughtUp, hold))
+	}
 	if err := forceFailover(ctx, primary, host, port); err != nil {
 		return fail(err)
 	}

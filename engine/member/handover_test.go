@@ -206,3 +206,35 @@ func TestHandoverRefusedResumesThePrimary(t *testing.T) {
 		t.Fatalf("writing to a after the refused handover: %v", err)
 	}
 }
+
+// TestHandoverRefusedWhenThePauseRunsShort: a pause that could end before FAILOVER's own begins
+// is not used: the handover is refused after the catch-up, and the primary stays the primary.
+func TestHandoverRefusedWhenThePauseRunsShort(t *testing.T) {
+	ctx := context.Background()
+	const pw = "test-password-0815"
+	a := server(t, pw, "")
+	aHost, aPort := hostPort(t, a)
+	b := server(t, pw, fmt.Sprintf("replicaof %s %d", aHost, aPort))
+	bHost, bPort := hostPort(t, b)
+	pool := NewPool()
+	defer pool.Close()
+	ca, cb := pool.Client(a, pw), pool.Client(b, pw)
+	eventually(t, "b online at a", func() (bool, string) {
+		info, err := ca.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "state=online"), fmt.Sprint(info, err)
+	})
+	_, err := Handover(ctx, ca, cb, bHost, bPort, 3*time.Second, 2*Timeout)
+	if err == nil || !strings.Contains(err.Error(), "could lose writes") {
+		t.Fatalf("a handover with a %v pause: %v; want it refused", 2*Timeout, err)
+	}
+	ra, errA := ObserveWith(ctx, ca)
+	rb, errB := ObserveWith(ctx, cb)
+	if errA != nil || errB != nil || ra.Role != Primary || rb.Role != Replica {
+		t.Fatalf("after the refused handover a is %+v (%v), b %+v (%v); want them as they were", ra, errA, rb, errB)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := ca.Set(wctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("writing to a after the refused handover: %v", err)
+	}
+}
