@@ -92,6 +92,9 @@ var faults = []fault{
 		if err := cp.c.Kube.CoreV1().Pods(cp.ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
 			cp.t.Fatal(err)
 		}
+		// The pod stays (its preStop waits) until the handover, and the cache can look whole
+		// meanwhile: the fault ends when another member is the primary.
+		cp.waitPrimaryNot(p.Name, time.Minute)
 		return t0
 	}},
 	{"eviction of the primary", func(cp *campaign, p *corev1.Pod) time.Time {
@@ -100,6 +103,7 @@ var faults = []fault{
 		if err := cp.c.Kube.PolicyV1().Evictions(cp.ns).Evict(context.Background(), ev); err != nil {
 			cp.t.Fatal(err)
 		}
+		cp.waitPrimaryNot(p.Name, time.Minute) // as for a delete
 		return t0
 	}},
 	{"switchover", func(cp *campaign, p *corev1.Pod) time.Time {
