@@ -30,9 +30,8 @@ const (
 	ReasonRenderFailed       = "RenderFailed"
 )
 
-// ConditionDegraded is True while a cache is not whole: no primary, a failover or a roll under
-// way, a member that does not answer or a replica out of sync. Its reasons are roles.Reason*.
-const ConditionDegraded = "Degraded"
+// ConditionDegraded is api.ConditionDegraded.
+const ConditionDegraded = api.ConditionDegraded
 
 // applyMemberView sets what the member pass found in s: primary, members, the read endpoint and
 // the Degraded condition.

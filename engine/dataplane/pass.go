@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 
@@ -82,6 +83,12 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		mem.unhealthySince, mem.lastPrimaryOffset, mem.lastPrimaryHistory = time.Time{}, p.Repl.Offset, p.Repl.ReplID
 	} else if mem.unhealthySince.IsZero() {
 		mem.unhealthySince = now
+		// A leader that just took over continues its predecessor's wait, from the cache's status:
+		// a failover cut short by the operator's death does not wait the whole delay again.
+		if since, ok := unreachableSince(mc); ok && since.Before(now) {
+			mem.unhealthySince = since
+			logger.V(2).Info("Primary unreachable since before this process led", "since", since)
+		}
 	}
 	v := roles.View{
 		Now: now, Members: members, Delay: spec.FailoverDelay, UnhealthySince: mem.unhealthySince,
@@ -219,4 +226,25 @@ func (c *Controller) syncUnobserved(ctx context.Context, mc *unstructured.Unstru
 		}
 	}
 	return nil
+}
+
+// unreachableSince reads, from the cache's status, since when its primary has been found
+// unreachable (Degraded True as PrimaryUnreachable or FailingOver): the condition's transition
+// time, which the API stores in whole seconds, rounded up so that the delay is never shortened.
+func unreachableSince(mc *unstructured.Unstructured) (time.Time, bool) {
+	conds, _, _ := unstructured.NestedSlice(mc.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]interface{})
+		if m["type"] != api.ConditionDegraded || m["status"] != string(metav1.ConditionTrue) ||
+			(m["reason"] != roles.ReasonPrimaryUnreachable && m["reason"] != roles.ReasonFailingOver) {
+			continue
+		}
+		s, _ := m["lastTransitionTime"].(string)
+		t, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			return time.Time{}, false
+		}
+		return t.Add(time.Second), true
+	}
+	return time.Time{}, false
 }

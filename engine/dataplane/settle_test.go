@@ -5,9 +5,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/informers"
+	"example.com/cache-operator/engine/roles"
 )
 
 func TestEndpointsDiffer(t *testing.T) {
@@ -54,5 +56,34 @@ func TestSettleLeft(t *testing.T) {
 	}
 	if got := s.settleLeft("ns/a", settle, now.Add(time.Second)); got != 0 {
 		t.Errorf("2 s after the change: wait %v; want 0", got)
+	}
+}
+
+func TestUnreachableSince(t *testing.T) {
+	mc := func(typ, status, reason, at string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]interface{}{}}
+		_ = unstructured.SetNestedSlice(u.Object, []interface{}{
+			map[string]interface{}{"type": api.ConditionReady, "status": "True", "reason": "AllReplicasReady", "lastTransitionTime": "2026-12-02T20:00:00Z"},
+			map[string]interface{}{"type": typ, "status": status, "reason": reason, "lastTransitionTime": at},
+		}, "status", "conditions")
+		return u
+	}
+	want := time.Date(2026, 12, 2, 20, 0, 6, 0, time.UTC) // rounded up: never a shorter delay
+	for name, tc := range map[string]struct {
+		mc *unstructured.Unstructured
+		ok bool
+	}{
+		"primary unreachable": {mc(api.ConditionDegraded, "True", roles.ReasonPrimaryUnreachable, "2026-12-02T20:00:05Z"), true},
+		"failing over":        {mc(api.ConditionDegraded, "True", roles.ReasonFailingOver, "2026-12-02T20:00:05Z"), true},
+		"healthy":             {mc(api.ConditionDegraded, "False", roles.ReasonHealthy, "2026-12-02T20:00:05Z"), false},
+		"rolling":             {mc(api.ConditionDegraded, "True", roles.ReasonRolling, "2026-12-02T20:00:05Z"), false},
+		"no primary yet":      {mc(api.ConditionDegraded, "True", roles.ReasonNoPrimary, "2026-12-02T20:00:05Z"), false},
+		"unreadable time":     {mc(api.ConditionDegraded, "True", roles.ReasonPrimaryUnreachable, "soon"), false},
+		"no status":           {&unstructured.Unstructured{Object: map[string]interface{}{}}, false},
+	} {
+		got, ok := unreachableSince(tc.mc)
+		if ok != tc.ok || (ok && !got.Equal(want)) {
+			t.Errorf("%s: %v %v; want %v %v", name, got, ok, want, tc.ok)
+		}
 	}
 }
