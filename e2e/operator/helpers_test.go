@@ -85,24 +85,41 @@ func startOperator(t *testing.T, c *framework.Cluster, args ...string) *operator
 	// Each process serves its webhooks on a port of its own (a `make up` operator may hold 9443
 	// on this machine) and registers that address; metrics and probes on free ports unless args
 	// say otherwise (a later flag wins), since a server that cannot listen ends the operator.
-	webhookAddr := freeAddr(t)
-	_, port, _ := net.SplitHostPort(webhookAddr)
-	cmd := exec.Command(binary, append([]string{"--kubeconfig", c.Kubeconfig, "-v=3", "--webhook-port=" + port,
-		"--member-networks=" + framework.MemberNetworks,
-		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, args...)...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the operator: %v", err)
+	// The webhook port is found free and then given to the operator, so another process can take
+	// it in between (an outgoing connection's ephemeral port: after a whole cluster restart, in
+	// one campaign run): an operator that exits on that is started again on another port.
+	for attempt := 1; ; attempt++ {
+		webhookAddr := freeAddr(t)
+		_, port, _ := net.SplitHostPort(webhookAddr)
+		cmd := exec.Command(binary, append([]string{"--kubeconfig", c.Kubeconfig, "-v=3", "--webhook-port=" + port,
+			"--member-networks=" + framework.MemberNetworks,
+			"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, args...)...)
+		cmd.Stdout, cmd.Stderr = f, f
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("starting the operator: %v", err)
+		}
+		op := &operator{t: t, cmd: cmd, log: logPath, webhookAddr: webhookAddr}
+		// It registers its webhooks before it listens: once it answers TLS, the API server can use it.
+		var err error
+		taken := false
+		for deadline := time.Now().Add(30 * time.Second); !taken && time.Now().Before(deadline); {
+			if _, err = servedSerial(webhookAddr); err == nil {
+				f.Close()
+				t.Cleanup(func() { op.stop(syscall.SIGTERM) })
+				return op
+			}
+			logged, _ := os.ReadFile(logPath)
+			if taken = bytes.Contains(logged, []byte("listen tcp "+webhookAddr+": bind: address already in use")); !taken {
+				time.Sleep(100 * time.Millisecond) // polling its port, with the deadline above
+			}
+		}
+		op.stop(syscall.SIGKILL)
+		if !taken || attempt == 3 {
+			f.Close()
+			t.Fatalf("the operator's webhooks did not serve on %s (attempt %d, port taken: %v): %v; its log: %s", webhookAddr, attempt, taken, err, logPath)
+		}
+		t.Logf("the operator could not listen on %s (taken since it was found free); starting it again on another port", webhookAddr)
 	}
-	f.Close()
-	op := &operator{t: t, cmd: cmd, log: logPath, webhookAddr: webhookAddr}
-	t.Cleanup(func() { op.stop(syscall.SIGTERM) })
-	// It registers its webhooks before it listens: once it answers TLS, the API server can use it.
-	framework.Eventually(t, 30*time.Second, "the operator's webhooks to serve", func() (bool, string, error) {
-		_, err := servedSerial(webhookAddr)
-		return err == nil, "", err
-	})
-	return op
 }
 
 // stop signals the operator and waits for it to exit.
