@@ -91,7 +91,6 @@ func clientHosts(t *testing.T, ip, pw string) []string {
 	return hosts
 }
 
-
 // lastAckOf returns when the latest of the given acknowledged writes was acknowledged.
 func (w *writer) lastAckOf(keys []int) time.Time {
 	w.mu.Lock()

@@ -43,6 +43,32 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	}
 }
 
+// pair is a primary a and its replica b (which takes DEBUG), on this machine.
+type pair struct {
+	a, b   string
+	ca, cb *redis.Client
+	bHost  string
+	bPort  int
+}
+
+// replicaPair starts a primary and a replica of it, and returns once the primary counts the
+// replica online.
+func replicaPair(t *testing.T, pw string) pair {
+	t.Helper()
+	a := server(t, pw, "")
+	aHost, aPort := hostPort(t, a)
+	b := server(t, pw, fmt.Sprintf("replicaof %s %d\nenable-debug-command yes", aHost, aPort))
+	bHost, bPort := hostPort(t, b)
+	pool := NewPool()
+	t.Cleanup(pool.Close)
+	p := pair{a: a, b: b, ca: pool.Client(a, pw), cb: pool.Client(b, pw), bHost: bHost, bPort: bPort}
+	eventually(t, "b online at a", func() (bool, string) {
+		info, err := p.ca.Info(context.Background(), "replication").Result()
+		return err == nil && strings.Contains(info, "state=online"), fmt.Sprint(info, err)
+	})
+	return p
+}
+
 // ackWriter writes w:0, w:1, ... to addr on one connection until a write fails, stop is closed, or
 // its bounds are reached, and records each acknowledged write.
 type ackWriter struct {
@@ -121,17 +147,8 @@ func (w *ackWriter) missing(t *testing.T, c *redis.Client) []int {
 func TestHandoverOnRealServers(t *testing.T) {
 	ctx := context.Background()
 	const pw = "test-password-0815"
-	a := server(t, pw, "")
-	aHost, aPort := hostPort(t, a)
-	b := server(t, pw, fmt.Sprintf("replicaof %s %d\nenable-debug-command yes", aHost, aPort))
-	bHost, bPort := hostPort(t, b)
-	pool := NewPool()
-	defer pool.Close()
-	ca, cb := pool.Client(a, pw), pool.Client(b, pw)
-	eventually(t, "b online at a", func() (bool, string) {
-		info, err := ca.Info(ctx, "replication").Result()
-		return err == nil && strings.Contains(info, "state=online"), fmt.Sprint(info, err)
-	})
+	p := replicaPair(t, pw)
+	a, b, ca, cb, bHost, bPort := p.a, p.b, p.ca, p.cb, p.bHost, p.bPort
 	w := startAckWriter(a, pw)
 	defer func() { close(w.stop); <-w.done }()
 	eventually(t, "the writer's first 500 writes", func() (bool, string) { return w.count() >= 500, fmt.Sprint(w.count(), " ", w.err) })
@@ -212,17 +229,8 @@ func TestHandoverRefusedResumesThePrimary(t *testing.T) {
 func TestHandoverRefusedWhenThePauseRunsShort(t *testing.T) {
 	ctx := context.Background()
 	const pw = "test-password-0815"
-	a := server(t, pw, "")
-	aHost, aPort := hostPort(t, a)
-	b := server(t, pw, fmt.Sprintf("replicaof %s %d", aHost, aPort))
-	bHost, bPort := hostPort(t, b)
-	pool := NewPool()
-	defer pool.Close()
-	ca, cb := pool.Client(a, pw), pool.Client(b, pw)
-	eventually(t, "b online at a", func() (bool, string) {
-		info, err := ca.Info(ctx, "replication").Result()
-		return err == nil && strings.Contains(info, "state=online"), fmt.Sprint(info, err)
-	})
+	p := replicaPair(t, pw)
+	ca, cb, bHost, bPort := p.ca, p.cb, p.bHost, p.bPort
 	_, err := Handover(ctx, ca, cb, bHost, bPort, 3*time.Second, 2*Timeout)
 	if err == nil || !strings.Contains(err.Error(), "could lose writes") {
 		t.Fatalf("a handover with a %v pause: %v; want it refused", 2*Timeout, err)
