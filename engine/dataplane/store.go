@@ -139,4 +139,5 @@ func (s *memberStore) forget(key string) {
 	defer s.mu.Unlock()
 	delete(s.views, key)
 	delete(s.memory, key)
+	delete(s.endpoints, key)
 }
