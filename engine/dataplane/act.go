@@ -169,12 +169,12 @@ func (c *Controller) depose(ctx context.Context, mc *unstructured.Unstructured, 
 }
 
 // switchover hands the primary role from a live primary to target (member.Handover): the old
-// primary's writes are held while target catches up and the roles swap; then the role labels
-// move, the old primary's first and target's at once, so the read-write Service changes once,
-// with no stretch between two changes (kube-proxy applies a second change within a second only
-// from its burst); then the old primary lets its held writes go (they fail READONLY, and their
-// clients reconnect through the Service), and the others follow target. Until the labels move,
-// new connections through the Service wait on the paused primary rather than find no endpoint.
+// primary's writes are held while target catches up and the roles swap. Then target gets the
+// read-write label, alone, so that the first change kube-proxy sees is the read-write Service's
+// (see api.LabelReadWrite); then the role labels move and the old primary loses the read-write
+// label; then the old primary lets its held writes go (they fail READONLY, and their clients
+// reconnect through the Service), and the others follow target. Until the labels move, new
+// connections through the Service wait on the paused primary rather than find no endpoint.
 func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructured, from, to roles.Member, members []roles.Member, client func(roles.Member) *redis.Client) error {
 	logger := klog.FromContext(ctx)
 	start := time.Now()

@@ -99,7 +99,11 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	logger.V(3).Info("Member pass decided", "primary", act.Primary, "degraded", act.Degraded, "why", act.DegradedMessage,
 		"promote", act.Promote, "switchTo", act.SwitchTo, "follow", act.Follow, "labels", act.Labels, "delete", act.Delete)
 	var acted bool
-	if wait := c.store.settleLeft(key, c.opts.ServiceSettle, now); act.SwitchTo != "" && wait > 0 {
+	var wait time.Duration
+	if act.SwitchTo != "" {
+		wait = c.store.settleLeft(key, c.opts.ServiceSettle, now)
+	}
+	if wait > 0 {
 		logger.V(2).Info("Switchover waits for the Services to settle", "to", act.SwitchTo, "wait", wait)
 		act.WaitUntil = now.Add(wait)
 	} else {
