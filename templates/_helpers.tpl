@@ -31,16 +31,44 @@ min-replicas-max-lag {{ .Spec.Fence.MaxLagSeconds }}
 repl-diskless-sync-max-replicas {{ sub .Spec.Replicas 1 }}
 {{- end }}
 
+{{/*
+users.acl: what each server user may do, one line per user ("<user> <ACL rules>"), written here
+once: a member starts with these rules (the ConfigMap's users.acl), the operator applies a change
+live (ACL SETUSER), and the README lists them. Each line starts from nothing (resetkeys,
+resetchannels, -@all), so applying it again changes nothing.
+
+default, the clients' user: every key and channel, and every command except the @admin and
+@dangerous categories (CONFIG, ACL, REPLICAOF, FAILOVER, SHUTDOWN, DEBUG, MODULE, MONITOR, CLIENT
+KILL/LIST/PAUSE, SAVE, BGSAVE, BGREWRITEAOF, MIGRATE, RESTORE, SWAPDB, SYNC, PSYNC, ROLE, SLOWLOG,
+LATENCY, LASTSAVE), with back the dangerous ones a cache's clients use: FLUSHDB, FLUSHALL, KEYS,
+INFO, SORT; and of ACL only WHOAMI. Scripts run with the same rights (a script cannot CONFIG).
+
+internal, the operator's, the probes' and replication's user: no key and no channel, and only the
+commands they send. The operator: PING, INFO, ROLE, CONFIG GET/SET (live settings, replication's
+credentials, TLS files), ACL GETUSER/SETUSER (these users), REPLICAOF, FAILOVER, CLIENT
+PAUSE/UNPAUSE (a handover), CLIENT KILL (a deposed primary's clients), CLIENT SETNAME (its
+connections' name). Replication: PSYNC, SYNC, REPLCONF. The probes: PING, ROLE, INFO.
+*/}}
+{{- define "users.acl" -}}
+default resetkeys resetchannels -@all ~* &* +@all -@admin -@dangerous -acl +acl|whoami +flushdb +flushall +keys +info +sort +sort_ro
+{{ .Keys.InternalUser }} resetkeys resetchannels -@all +ping +info +role +config|get +config|set +acl|getuser +acl|setuser +replicaof +failover +client|pause +client|unpause +client|kill +client|setname +psync +sync +replconf
+{{- end }}
+
 {{/* server: the program name stem of the engine (redis-server, valkey-server, ...-cli). */}}
 {{- define "server" -}}
 {{ if eq .Spec.Engine.Name "valkey" }}valkey{{ else }}redis{{ end }}
 {{- end }}
 
-{{/* The probes' shell commands: as the internal user, whose password reaches the client
-through REDISCLI_AUTH and is never rotated, so a rotation of the clients' password does not touch
-them. */}}
+{{/* The probes' shell commands: as the internal user, whose password the client reads at each
+run from the Secret's volume (the kubelet updates it in place), so that neither rotation touches
+them: the clients' password is not theirs, and a new internal password reaches them without a
+restart, within the overlap. */}}
+{{- define "internal.dir" -}}
+/var/run/cache/internal
+{{- end }}
+
 {{- define "probe.cli" -}}
-{{ include "server" . }}-cli -h 127.0.0.1 -p {{ .Port }} --user {{ .Keys.InternalUser }}
+REDISCLI_AUTH="$(cat {{ include "internal.dir" . }}/{{ .Keys.Internal }})" {{ include "server" . }}-cli -h 127.0.0.1 -p {{ .Port }} --user {{ .Keys.InternalUser }}
 {{- end }}
 
 {{- define "probe.started" -}}

@@ -57,8 +57,13 @@ const PasswordKey = "password"
 
 // The other keys of a cache's Secret, which the operator keeps.
 const (
-	// InternalPasswordKey holds the password of InternalUser: generated once, never rotated.
+	// InternalPasswordKey holds the password of InternalUser: generated once, rotated (with an
+	// overlap) when RotateInternalPasswordAnnotation asks.
 	InternalPasswordKey = "internal-password"
+	// PreviousInternalPasswordKey holds, during an internal rotation's overlap, the internal
+	// password before it, which the members accept too (the operator reaches a member not yet
+	// given the new one with it) until PreviousInternalUntilAnnotation.
+	PreviousInternalPasswordKey = "previous-internal-password"
 	// PasswordHashKey holds the SHA-256 (hex) of the clients' password the members accept: the
 	// Secret's password once the operator has accepted it. Members start with it (a hash, never
 	// the password itself, goes into their configuration).
@@ -84,7 +89,17 @@ const (
 	// PasswordRotatedForAnnotation is the value of RotatePasswordAnnotation that the current
 	// password was generated for.
 	PasswordRotatedForAnnotation = "cache.example.com/password-rotated-for"
+	// PreviousInternalUntilAnnotation is when the overlap of an internal rotation ends (RFC 3339).
+	PreviousInternalUntilAnnotation = "cache.example.com/previous-internal-password-until"
+	// InternalRotatedForAnnotation is the value of RotateInternalPasswordAnnotation that the
+	// current internal password was generated for.
+	InternalRotatedForAnnotation = "cache.example.com/internal-password-rotated-for"
 )
+
+// RotateInternalPasswordAnnotation on a ManagedCache asks for a new internal password (the
+// operator's, the probes' and replication's): each new value rotates once, with the same overlap
+// as the clients' password.
+const RotateInternalPasswordAnnotation = "cache.example.com/rotate-internal-password"
 
 // RotatePasswordAnnotation on a ManagedCache asks for a new generated password: each new value
 // (any string, e.g. a date) rotates once.
@@ -101,6 +116,11 @@ func ConfigName(cacheName string) string { return cacheName + "-config" }
 // LiveConfigKey is the key of the live settings in that ConfigMap: redis.conf lines ("name
 // value"), each value as CONFIG GET reports it.
 const LiveConfigKey = "live.conf"
+
+// UsersConfigKey is the key of the server users' permissions in that ConfigMap: one line per user,
+// "<user> <ACL rules>" (templates/_helpers.tpl, users.acl), without passwords. A member starts
+// with them and the operator applies a change live (ACL SETUSER).
+const UsersConfigKey = "users.acl"
 
 // Standard label keys and values carried by every child.
 const (

@@ -89,6 +89,11 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	}
 	sortForApply(desired)
 	for _, want := range desired {
+		if want.GroupVersionKind() == informers.Secret && authd.SecretVersion != "" {
+			// The credentials were decided from this version: a write made from them must not
+			// overwrite a later edit (server-side apply checks the resourceVersion it carries).
+			want.SetResourceVersion(authd.SecretVersion)
+		}
 		if want.GroupVersionKind() == informers.StatefulSet && view.Observed {
 			// Only an observed cache hands over; an unobserved one just scales.
 			holdScaleDown(want, spec.Replicas, mc.GetName(), view.Primary)
@@ -305,7 +310,9 @@ func (c *Controller) auth(mc *unstructured.Unstructured) (credentials.Decision, 
 	if err != nil {
 		return credentials.Decision{}, err
 	}
-	d, err := credentials.Decide(secret, mc.GetAnnotations()[api.RotatePasswordAnnotation], time.Now(), c.opts.PasswordOverlap)
+	ann := mc.GetAnnotations()
+	tokens := credentials.Tokens{Password: ann[api.RotatePasswordAnnotation], Internal: ann[api.RotateInternalPasswordAnnotation]}
+	d, err := credentials.Decide(secret, tokens, time.Now(), c.opts.PasswordOverlap)
 	if err != nil {
 		return d, err
 	}
@@ -316,6 +323,9 @@ func (c *Controller) auth(mc *unstructured.Unstructured) (credentials.Decision, 
 	}
 	if d.Rotated {
 		c.recorder.Eventf(mc, corev1.EventTypeNormal, ReasonPasswordRotated, "Password revision %d accepted; the previous password is accepted until %s", d.Auth.Revision, d.Auth.PreviousUntil)
+	}
+	if d.InternalRotated {
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, ReasonPasswordRotated, "Internal password rotated; the previous one is accepted until %s", d.Auth.PreviousInternalUntil)
 	}
 	if !d.OverlapEnds.IsZero() {
 		c.queue.AddAfter(key, time.Until(d.OverlapEnds)+time.Second)

@@ -24,22 +24,40 @@ type Decision struct {
 	RejectedHash string
 	// Rotated: this reconcile accepted a new password (a revision more).
 	Rotated bool
-	// OverlapEnds is when the previous password is to be dropped (zero: no overlap).
+	// SecretVersion is the resourceVersion of the Secret decided from ("": none yet). The
+	// Secret's write carries it, so that a user's edit made after the read is never overwritten:
+	// the write conflicts, and the next reconcile decides from the edit.
+	SecretVersion string
+	// InternalRotated: this reconcile generated a new internal password.
+	InternalRotated bool
+	// OverlapEnds is when the previous password (of either user) is next to be dropped (zero: no
+	// overlap).
 	OverlapEnds time.Time
 }
 
-// Decide works out a cache's credentials from its live Secret (nil: none yet), its
-// rotate-password annotation and the time, deterministically: a Secret that is already right gives
-// back exactly what it holds.
+// Tokens are the values of a ManagedCache's rotation annotations.
+type Tokens struct {
+	// Password is the rotate-password annotation's, Internal the rotate-internal-password one's.
+	Password, Internal string
+}
+
+// Decide works out a cache's credentials from its live Secret (nil: none yet), its rotation
+// annotations and the time, deterministically: a Secret that is already right gives back exactly
+// what it holds.
 //   - No Secret: both passwords generated, revision 1.
 //   - A Secret without the operator's keys (made by an older operator): the internal password is
 //     generated and the password's hash added; the members already run with that password.
-//   - A rotate-password annotation value not yet served: a new password is generated.
+//   - A rotate-password annotation value not yet served: a new password is generated, unless the
+//     Secret holds a password the user set that is not yet accepted: that one serves it (the
+//     user's edit wins over a generated value).
+//   - A rotate-internal-password annotation value not yet served: a new internal password, the
+//     previous one kept until now+overlap.
 //   - A password whose hash is not the accepted one: checked (checkPassword); accepted, it becomes
 //     the new revision and the old hash is kept as the previous one until now+overlap; refused,
 //     everything stays as it is and rejected says why.
 //   - An overlap that has ended: the previous hash is dropped.
-func Decide(secret *unstructured.Unstructured, rotateToken string, now time.Time, overlap time.Duration) (Decision, error) {
+func Decide(secret *unstructured.Unstructured, tokens Tokens, now time.Time, overlap time.Duration) (Decision, error) {
+	rotateToken := tokens.Password
 	s, ok := Parse(secret)
 	if !ok {
 		pw, err := newPassword()
@@ -50,11 +68,13 @@ func Decide(secret *unstructured.Unstructured, rotateToken string, now time.Time
 		if err != nil {
 			return Decision{}, err
 		}
-		return Decision{Auth: render.Auth{Password: pw, Internal: internal, PasswordHash: render.PasswordHash(pw), Revision: 1, RotatedFor: rotateToken}}, nil
+		return Decision{Auth: render.Auth{Password: pw, Internal: internal, PasswordHash: render.PasswordHash(pw), Revision: 1,
+			RotatedFor: rotateToken, InternalRotatedFor: tokens.Internal}}, nil
 	}
 	a := render.Auth{
 		Password: s.Password, Internal: s.Internal, PasswordHash: s.PasswordHash, PreviousHash: s.PreviousHash,
 		PreviousUntil: s.PreviousUntil, RotatedFor: s.RotatedFor, Revision: max(s.Revision, 1),
+		PreviousInternal: s.PreviousInternal, PreviousInternalUntil: s.PreviousInternalUntil, InternalRotatedFor: s.InternalRotatedFor,
 	}
 	if a.Internal == "" {
 		// An older operator's Secret, or one edited: a new internal password, which the member
@@ -64,8 +84,18 @@ func Decide(secret *unstructured.Unstructured, rotateToken string, now time.Time
 			return Decision{}, err
 		}
 		a.Internal = internal
+		a.PreviousInternal, a.PreviousInternalUntil = "", ""
 	}
 	var d Decision
+	if tokens.Internal != "" && tokens.Internal != a.InternalRotatedFor {
+		internal, err := newPassword()
+		if err != nil {
+			return Decision{}, err
+		}
+		a.PreviousInternal, a.Internal, a.InternalRotatedFor = a.Internal, internal, tokens.Internal
+		a.PreviousInternalUntil = now.Add(overlap).UTC().Format(time.RFC3339)
+		d.InternalRotated = true
+	}
 	if a.Password == "" && a.PasswordHash == "" {
 		// Nothing accepted and nothing set: a password as for a new cache.
 		rotateToken = "" // served by this one
@@ -76,11 +106,17 @@ func Decide(secret *unstructured.Unstructured, rotateToken string, now time.Time
 		a.Password = pw
 	}
 	if rotateToken != "" && rotateToken != a.RotatedFor {
-		pw, err := newPassword()
-		if err != nil {
-			return Decision{}, err
+		if a.PasswordHash != "" && render.PasswordHash(a.Password) != a.PasswordHash && checkPassword(a.Password) == nil {
+			// The user set a password that is not yet accepted (an edit that raced the
+			// annotation, or came first): it is the new password this value asked for.
+			a.RotatedFor = rotateToken
+		} else {
+			pw, err := newPassword()
+			if err != nil {
+				return Decision{}, err
+			}
+			a.Password, a.RotatedFor = pw, rotateToken
 		}
-		a.Password, a.RotatedFor = pw, rotateToken
 	}
 	switch h := render.PasswordHash(a.Password); {
 	case a.PasswordHash == "":
@@ -97,6 +133,7 @@ func Decide(secret *unstructured.Unstructured, rotateToken string, now time.Time
 		a.Revision++
 		d.Rotated = true
 	}
+	d.SecretVersion = secret.GetResourceVersion()
 	if a.PreviousHash != "" {
 		until, err := time.Parse(time.RFC3339, a.PreviousUntil)
 		if err != nil || !now.Before(until) {
@@ -106,6 +143,16 @@ func Decide(secret *unstructured.Unstructured, rotateToken string, now time.Time
 		}
 	} else {
 		a.PreviousUntil = ""
+	}
+	if a.PreviousInternal != "" {
+		until, err := time.Parse(time.RFC3339, a.PreviousInternalUntil)
+		if err != nil || !now.Before(until) {
+			a.PreviousInternal, a.PreviousInternalUntil = "", ""
+		} else if d.OverlapEnds.IsZero() || until.Before(d.OverlapEnds) {
+			d.OverlapEnds = until
+		}
+	} else {
+		a.PreviousInternalUntil = ""
 	}
 	d.Auth = a
 	return d, nil

@@ -21,6 +21,13 @@ func secretOf(a render.Auth) *unstructured.Unstructured {
 		api.PasswordHashKey:     base64.StdEncoding.EncodeToString([]byte(a.PasswordHash)),
 	}
 	ann := map[string]string{api.PasswordRevisionAnnotation: strconv.FormatInt(a.Revision, 10)}
+	if a.PreviousInternal != "" {
+		data[api.PreviousInternalPasswordKey] = base64.StdEncoding.EncodeToString([]byte(a.PreviousInternal))
+		ann[api.PreviousInternalUntilAnnotation] = a.PreviousInternalUntil
+	}
+	if a.InternalRotatedFor != "" {
+		ann[api.InternalRotatedForAnnotation] = a.InternalRotatedFor
+	}
 	if a.PreviousHash != "" {
 		data[api.PreviousPasswordHashKey] = base64.StdEncoding.EncodeToString([]byte(a.PreviousHash))
 		ann[api.PreviousPasswordUntilAnnotation] = a.PreviousUntil
@@ -42,7 +49,7 @@ func withPassword(s *unstructured.Unstructured, pw string) *unstructured.Unstruc
 
 func mustDecide(t *testing.T, s *unstructured.Unstructured, token string, now time.Time) Decision {
 	t.Helper()
-	d, err := Decide(s, token, now, 10*time.Minute)
+	d, err := Decide(s, Tokens{Password: token}, now, 10*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +117,58 @@ func TestDecideAuth(t *testing.T) {
 	up := mustDecide(t, old, "", now)
 	if up.Rotated || up.Auth.Password != "legacy" || up.Auth.PasswordHash != render.PasswordHash("legacy") || !isHex(up.Auth.Internal, 64) || up.Auth.Revision != 1 {
 		t.Fatalf("older Secret: %+v", up.Auth)
+	}
+}
+
+// A user's edit and the rotate-password annotation, seen by the same reconcile (the edit raced a
+// generated rotation's write, which conflicted): the user's password serves the annotation.
+func TestDecideUserEditWinsOverTheAnnotation(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	a := mustDecide(t, nil, "", now).Auth
+	edited := withPassword(secretOf(a), "the-users-own")
+	edited.SetResourceVersion("42")
+	d := mustDecide(t, edited, "rotate-1", now)
+	if d.Auth.Password != "the-users-own" || d.Auth.PasswordHash != render.PasswordHash("the-users-own") || !d.Rotated || d.Auth.RotatedFor != "rotate-1" || d.Auth.Revision != 2 {
+		t.Fatalf("the user's edit did not win: %+v", d.Auth)
+	}
+	if d.SecretVersion != "42" {
+		t.Fatalf("SecretVersion %q, want the read Secret's 42", d.SecretVersion)
+	}
+	// A refused edit does not serve it: a generated password does.
+	bad := mustDecide(t, withPassword(secretOf(a), "two words"), "rotate-1", now)
+	if bad.Auth.Password == "two words" || !isHex(bad.Auth.Password, 64) || bad.Auth.RotatedFor != "rotate-1" {
+		t.Fatalf("a refused edit served the annotation: %+v", bad.Auth)
+	}
+}
+
+// The internal password: rotated once per annotation value, the previous one kept (and accepted
+// by the members) until the overlap ends; the clients' password untouched.
+func TestDecideInternalRotation(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	a := mustDecide(t, nil, "", now).Auth
+	rot, err := Decide(secretOf(a), Tokens{Internal: "i1"}, now, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rot.Auth
+	if !rot.InternalRotated || rot.Rotated || r.Internal == a.Internal || !isHex(r.Internal, 64) || r.PreviousInternal != a.Internal ||
+		r.PreviousInternalUntil != "2026-12-01T12:10:00Z" || r.InternalRotatedFor != "i1" || r.Password != a.Password || r.Revision != a.Revision {
+		t.Fatalf("internal rotation: %+v", rot)
+	}
+	if !rot.OverlapEnds.Equal(now.Add(10 * time.Minute)) {
+		t.Fatalf("overlap ends %v", rot.OverlapEnds)
+	}
+	again, _ := Decide(secretOf(r), Tokens{Internal: "i1"}, now.Add(time.Minute), 10*time.Minute)
+	if again.InternalRotated || again.Auth != r {
+		t.Fatalf("the same value rotated again: %+v", again.Auth)
+	}
+	cr, _ := Of(secretOf(r))
+	if cr.Internal != r.Internal || cr.PreviousInternal != a.Internal {
+		t.Fatalf("credentials during the overlap: %+v", cr)
+	}
+	after, _ := Decide(secretOf(r), Tokens{Internal: "i1"}, now.Add(10*time.Minute), 10*time.Minute)
+	if after.Auth.PreviousInternal != "" || after.Auth.PreviousInternalUntil != "" || after.Auth.Internal != r.Internal {
+		t.Fatalf("after the overlap: %+v", after.Auth)
 	}
 }
 

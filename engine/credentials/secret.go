@@ -27,6 +27,11 @@ type Secret struct {
 	Password string
 	// Internal is the internal user's password.
 	Internal string
+	// PreviousInternal is the internal password before the last internal rotation, accepted
+	// until PreviousInternalUntil (RFC 3339).
+	PreviousInternal, PreviousInternalUntil string
+	// InternalRotatedFor is the rotate-internal-password annotation value last served.
+	InternalRotatedFor string
 	// PasswordHash is the SHA-256 of the accepted clients' password; PreviousHash that of the
 	// previous one, accepted until PreviousUntil (RFC 3339).
 	PasswordHash, PreviousHash, PreviousUntil string
@@ -58,11 +63,14 @@ func Parse(secret *unstructured.Unstructured) (Secret, bool) {
 	ann := secret.GetAnnotations()
 	s := Secret{
 		Password:      value(api.PasswordKey),
-		Internal:      hexOrEmpty(value(api.InternalPasswordKey), 2*passwordBytes),
-		PasswordHash:  hexOrEmpty(value(api.PasswordHashKey), 64),
-		PreviousHash:  hexOrEmpty(value(api.PreviousPasswordHashKey), 64),
-		PreviousUntil: ann[api.PreviousPasswordUntilAnnotation],
-		RotatedFor:    ann[api.PasswordRotatedForAnnotation],
+		Internal:              hexOrEmpty(value(api.InternalPasswordKey), 2*passwordBytes),
+		PreviousInternal:      hexOrEmpty(value(api.PreviousInternalPasswordKey), 2*passwordBytes),
+		PreviousInternalUntil: ann[api.PreviousInternalUntilAnnotation],
+		InternalRotatedFor:    ann[api.InternalRotatedForAnnotation],
+		PasswordHash:          hexOrEmpty(value(api.PasswordHashKey), 64),
+		PreviousHash:          hexOrEmpty(value(api.PreviousPasswordHashKey), 64),
+		PreviousUntil:         ann[api.PreviousPasswordUntilAnnotation],
+		RotatedFor:            ann[api.PasswordRotatedForAnnotation],
 	}
 	s.Revision, _ = strconv.ParseInt(ann[api.PasswordRevisionAnnotation], 10, 64)
 	return s, true
@@ -75,6 +83,9 @@ type Credentials struct {
 	// Internal is the internal user's password ("": not yet written by this operator; reach
 	// members as the default user).
 	Internal string
+	// PreviousInternal is, during an internal rotation's overlap, the password before it: the
+	// members accept both, and a member not yet given Internal is reached with it.
+	PreviousInternal string
 	// Hashes are the SHA-256 of the passwords the default user is to accept, sorted.
 	Hashes   []string
 	Revision int64
@@ -89,6 +100,9 @@ func Of(secret *unstructured.Unstructured) (Credentials, bool) {
 		return Credentials{}, false
 	}
 	cr := Credentials{Password: s.Password, Internal: s.Internal}
+	if s.PreviousInternal != s.Internal {
+		cr.PreviousInternal = s.PreviousInternal
+	}
 	if s.PasswordHash != "" {
 		cr.Hashes = append(cr.Hashes, s.PasswordHash)
 		if s.PreviousHash != "" && s.PreviousHash != s.PasswordHash {
@@ -101,7 +115,7 @@ func Of(secret *unstructured.Unstructured) (Credentials, bool) {
 		return cr, false
 	}
 	h := fnv.New64a()
-	for _, v := range append([]string{cr.Internal, strconv.FormatInt(cr.Revision, 10)}, cr.Hashes...) {
+	for _, v := range append([]string{cr.Internal, cr.PreviousInternal, strconv.FormatInt(cr.Revision, 10)}, cr.Hashes...) {
 		_, _ = h.Write([]byte(v))
 		_, _ = h.Write([]byte{0})
 	}
@@ -121,7 +135,8 @@ func Keep(want, live *unstructured.Unstructured) error {
 		return fmt.Errorf("keeping the Secret's data: %w", err)
 	}
 	ann := want.GetAnnotations()
-	for _, k := range []string{api.PasswordRevisionAnnotation, api.PreviousPasswordUntilAnnotation, api.PasswordRotatedForAnnotation} {
+	for _, k := range []string{api.PasswordRevisionAnnotation, api.PreviousPasswordUntilAnnotation, api.PasswordRotatedForAnnotation,
+		api.PreviousInternalUntilAnnotation, api.InternalRotatedForAnnotation} {
 		delete(ann, k)
 		if v, ok := live.GetAnnotations()[k]; ok {
 			if ann == nil {

@@ -70,8 +70,10 @@ type Controller struct {
 	workers  sync.WaitGroup
 	pool     *member.Pool
 	store    memberStore
-	// authFallback holds the addresses of members to reach as the clients' default user: the
-	// internal user was refused (a member an older operator started, until applyAuth makes it).
+	// authFallback holds the addresses of members the current internal password was refused by,
+	// and how they are reached instead (a fallback): with the previous internal password (an
+	// internal rotation not yet given to the member), or as the clients' default user (a member
+	// an older operator started), until applyAuth has given them the credentials.
 	authFallback sync.Map
 }
 

@@ -24,6 +24,9 @@ type liveSettings struct {
 	names    []string
 	revision string // a digest of the text
 	err      error  // the text does not parse
+	// users are the users' permissions (api.UsersConfigKey); usersErr says why they do not parse.
+	users    credentials.Rules
+	usersErr error
 }
 
 // liveSettingsOf returns the cache's live settings from its ConfigMap in the informer cache,
@@ -43,6 +46,9 @@ func (c *Controller) liveSettingsOf(ns, name string, mem *roleMemory) (liveSetti
 			h := fnv.New32a()
 			_, _ = h.Write([]byte(text))
 			ls.revision = fmt.Sprintf("%08x", h.Sum32())
+			if users, ok, _ := unstructured.NestedString(u.Object, "data", api.UsersConfigKey); ok {
+				ls.users, ls.usersErr = credentials.ParseRules(users)
+			}
 		}
 		mem.liveRV, mem.live = obj.ResourceVersion, ls
 	}

@@ -73,8 +73,14 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	c.observe(ctx, members, cred)
 
 	mem := c.store.mem(key)
-	c.applyAuth(ctx, members, mem, cred)
 	live, liveOK := c.liveSettingsOf(ns, name, mem)
+	var rules credentials.Rules
+	if liveOK && live.usersErr == nil {
+		rules = live.users
+	} else if liveOK {
+		logger.Info("The ConfigMap's users do not parse; permissions left as they are", "err", live.usersErr)
+	}
+	c.applyAuth(ctx, members, mem, cred, rules)
 	if liveOK && live.err == nil {
 		c.applyLiveSettings(ctx, members, mem, live, cred)
 	}
@@ -182,9 +188,10 @@ func (c *Controller) observe(ctx context.Context, members []roles.Member, cred c
 		go func(m *roles.Member) {
 			defer wg.Done()
 			r, err := member.ObserveWith(ctx, c.memberClient(m.IP, cred))
-			if member.IsAuthError(err) && c.fallBack(m.IP, cred) {
-				// A member the internal user cannot reach yet (started by an older operator):
-				// as the clients' default user, until applyAuth has made the internal user.
+			for member.IsAuthError(err) && c.fallBack(m.IP, cred) {
+				// A member the current internal password cannot reach yet (an internal
+				// rotation, or a member an older operator started): with the previous one, or
+				// as the clients' default user, until applyAuth has given it the credentials.
 				r, err = member.ObserveWith(ctx, c.memberClient(m.IP, cred))
 			}
 			metrics.MemberObserved(err)

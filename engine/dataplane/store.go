@@ -24,6 +24,8 @@ type roleMemory struct {
 	liveChecked memberChecks
 	// authChecked is, per member, the credentials last found or made current, and when.
 	authChecked memberChecks
+	// replChecked is, per member, the credentials its replication was last found with or given.
+	replChecked memberChecks
 	// deposed is, per member, the pod, history and offset at which it was last reported as a
 	// deposed primary: a REPLICAOF that fails and is retried does not count its writes twice.
 	deposed map[string]string

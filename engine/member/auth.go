@@ -20,30 +20,49 @@ func IsAuthError(err error) bool {
 	return strings.Contains(s, "WRONGPASS") || strings.Contains(s, "NOAUTH") || strings.Contains(s, "invalid username-password pair")
 }
 
-// UserPasswords returns the SHA-256 hashes (hex, sorted) of the passwords of a server user, as ACL
-// GETUSER reports them; found is false when the server has no such user.
-func UserPasswords(ctx context.Context, c *redis.Client, user string) (hashes []string, found bool, err error) {
+// User is a server user as ACL GETUSER reports it.
+type User struct {
+	// Passwords are the SHA-256 hashes (hex, sorted) of its passwords.
+	Passwords []string
+	// Permissions are its commands, keys and channels as the server normalizes them, the words
+	// sorted (a server lists single commands in no fixed order): the same rules read back the
+	// same on one server version.
+	Permissions string
+}
+
+// GetUser reads a server user (found is false when the server has no such user).
+func GetUser(ctx context.Context, c *redis.Client, user string) (u User, found bool, err error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
 	reply, err := c.Do(ctx, "ACL", "GETUSER", user).Result()
 	if errors.Is(err, redis.Nil) {
-		return nil, false, nil
+		return User{}, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("member %s: ACL GETUSER %s: %w", c.Options().Addr, user, err)
+		return User{}, false, fmt.Errorf("member %s: ACL GETUSER %s: %w", c.Options().Addr, user, err)
 	}
 	fields, err := replyFields(reply)
 	if err != nil {
-		return nil, false, fmt.Errorf("member %s: ACL GETUSER %s: %w", c.Options().Addr, user, err)
+		return User{}, false, fmt.Errorf("member %s: ACL GETUSER %s: %w", c.Options().Addr, user, err)
 	}
 	list, _ := fields["passwords"].([]interface{})
 	for _, h := range list {
 		if s, ok := h.(string); ok {
-			hashes = append(hashes, s)
+			u.Passwords = append(u.Passwords, s)
 		}
 	}
-	sort.Strings(hashes)
-	return hashes, true, nil
+	sort.Strings(u.Passwords)
+	words := strings.Fields(fmt.Sprintf("%v %v %v %v", fields["commands"], fields["keys"], fields["channels"], fields["selectors"]))
+	sort.Strings(words)
+	u.Permissions = strings.Join(words, " ")
+	return u, true, nil
+}
+
+// UserPasswords returns the SHA-256 hashes (hex, sorted) of the passwords of a server user, as ACL
+// GETUSER reports them; found is false when the server has no such user.
+func UserPasswords(ctx context.Context, c *redis.Client, user string) (hashes []string, found bool, err error) {
+	u, found, err := GetUser(ctx, c, user)
+	return u.Passwords, found, err
 }
 
 // replyFields reads a map reply: a RESP3 map, or a RESP2 array of names and values.
@@ -65,20 +84,37 @@ func replyFields(reply interface{}) (map[string]interface{}, error) {
 	return nil, fmt.Errorf("unexpected reply %T", reply)
 }
 
-// SetUserPasswordHashes makes hashes (SHA-256, hex) the only passwords of user, which is on with
-// every permission: ACL SETUSER user on resetpass #h... ~* &* +@all, one command, so the user is
-// never without a password. Connections already authenticated stay so.
-func SetUserPasswordHashes(ctx context.Context, c *redis.Client, user string, hashes []string) error {
-	args := []interface{}{"ACL", "SETUSER", user, "on", "resetpass"}
-	for _, h := range hashes {
-		args = append(args, "#"+h)
+// SetUser turns user on with exactly the given passwords, each ">password" or "#sha256-hex"
+// (none given: its passwords are left as they are), and then the ACL rules (space-separated, ""
+// for none), in one ACL SETUSER: the user is never without a password, and a change of
+// permissions is atomic. Connections already authenticated stay so.
+func SetUser(ctx context.Context, c *redis.Client, user string, passwords []string, rules string) error {
+	args := []interface{}{"ACL", "SETUSER", user, "on"}
+	if len(passwords) > 0 {
+		args = append(args, "resetpass")
+		for _, p := range passwords {
+			args = append(args, p)
+		}
 	}
-	return setUser(ctx, c, user, append(args, "~*", "&*", "+@all"))
+	for _, r := range strings.Fields(rules) {
+		args = append(args, r)
+	}
+	return setUser(ctx, c, user, args)
+}
+
+// SetUserPasswordHashes makes hashes (SHA-256, hex) the only passwords of user, which is on with
+// every permission (a test's or an older operator's user).
+func SetUserPasswordHashes(ctx context.Context, c *redis.Client, user string, hashes []string) error {
+	pw := make([]string, len(hashes))
+	for i, h := range hashes {
+		pw[i] = "#" + h
+	}
+	return SetUser(ctx, c, user, pw, "~* &* +@all")
 }
 
 // SetUserPassword makes password the only password of user, which is on with every permission.
 func SetUserPassword(ctx context.Context, c *redis.Client, user, password string) error {
-	return setUser(ctx, c, user, []interface{}{"ACL", "SETUSER", user, "on", "resetpass", ">" + password, "~*", "&*", "+@all"})
+	return SetUser(ctx, c, user, []string{">" + password}, "~* &* +@all")
 }
 
 // setUser runs an ACL SETUSER. Its error names the command and the user only: the server's
@@ -98,16 +134,16 @@ func setUser(ctx context.Context, c *redis.Client, user string, args []interface
 	return nil
 }
 
-// ReplicationUser returns the user a member authenticates as to its primary (CONFIG GET
-// masteruser; "" for the default user).
-func ReplicationUser(ctx context.Context, c *redis.Client) (string, error) {
+// ReplicationAuth returns the user and password a member authenticates with to its primary
+// (CONFIG GET masteruser masterauth; user "" for the default user).
+func ReplicationAuth(ctx context.Context, c *redis.Client) (user, password string, err error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	m, err := c.ConfigGet(ctx, "masteruser").Result()
+	m, err := c.ConfigGet(ctx, "master*").Result()
 	if err != nil {
-		return "", fmt.Errorf("member %s: CONFIG GET masteruser: %w", c.Options().Addr, err)
+		return "", "", fmt.Errorf("member %s: CONFIG GET master*: %w", c.Options().Addr, err)
 	}
-	return m["masteruser"], nil
+	return m["masteruser"], m["masterauth"], nil
 }
 
 // SetReplicationAuth makes a member authenticate to its primary as user with password (CONFIG SET

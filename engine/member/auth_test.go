@@ -53,8 +53,8 @@ func TestAuthOnRealServers(t *testing.T) {
 	if err := SetReplicationAuth(ctx, rc, "internal", internal); err != nil {
 		t.Fatal(err)
 	}
-	if u, err := ReplicationUser(ctx, rc); err != nil || u != "internal" {
-		t.Fatalf("masteruser %q %v", u, err)
+	if u, pw, err := ReplicationAuth(ctx, rc); err != nil || u != "internal" || pw != internal {
+		t.Fatalf("masteruser %q (masterauth the internal password: %v) %v", u, pw == internal, err)
 	}
 	if err := rc.Do(ctx, "CLIENT", "KILL", "TYPE", "master").Err(); err != nil {
 		t.Fatal(err)

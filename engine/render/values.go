@@ -38,6 +38,8 @@ type Values struct {
 	PasswordKey string
 	// ConfigName is the name of the ConfigMap of the live settings, LiveConfigKey their key in it.
 	ConfigName, LiveConfigKey string
+	// UsersConfigKey is the key of the users' permissions in that ConfigMap.
+	UsersConfigKey string
 	// Password is the clients' password: read from the live Secret, or generated once.
 	Password string
 	// Auth is everything the Secret holds: the password, the internal user's password, the hashes
@@ -53,6 +55,12 @@ type Auth struct {
 	Password string
 	// Internal is the password of the internal user (engine/api.InternalUser).
 	Internal string
+	// PreviousInternal and PreviousInternalUntil (RFC 3339): during an internal rotation's overlap,
+	// the internal password before it and when the overlap ends; empty otherwise.
+	PreviousInternal, PreviousInternalUntil string
+	// InternalRotatedFor is the rotate-internal-password annotation value the internal password
+	// was generated for.
+	InternalRotatedFor string
 	// PasswordHash is the SHA-256 (hex) of the password the members accept.
 	PasswordHash string
 	// PreviousHash and PreviousUntil (RFC 3339): during a rotation's overlap, the hash of the
@@ -80,8 +88,9 @@ func SimpleAuth(password string) Auth {
 
 // SecretKeys are the keys and annotations of a cache's Secret.
 type SecretKeys struct {
-	Password, Internal, PasswordHash, PreviousHash          string
-	RevisionAnnotation, PreviousUntilAnnotation, RotatedFor string
+	Password, Internal, PasswordHash, PreviousHash, PreviousInternal string
+	RevisionAnnotation, PreviousUntilAnnotation, RotatedFor          string
+	PreviousInternalUntilAnnotation, InternalRotatedFor              string
 	// InternalUser is the server user of the internal password.
 	InternalUser string
 }
@@ -90,6 +99,8 @@ var secretKeys = SecretKeys{
 	Password: api.PasswordKey, Internal: api.InternalPasswordKey, PasswordHash: api.PasswordHashKey,
 	PreviousHash: api.PreviousPasswordHashKey, RevisionAnnotation: api.PasswordRevisionAnnotation,
 	PreviousUntilAnnotation: api.PreviousPasswordUntilAnnotation, RotatedFor: api.PasswordRotatedForAnnotation,
+	PreviousInternal: api.PreviousInternalPasswordKey, PreviousInternalUntilAnnotation: api.PreviousInternalUntilAnnotation,
+	InternalRotatedFor: api.InternalRotatedForAnnotation,
 	InternalUser: api.InternalUser,
 }
 
@@ -144,6 +155,7 @@ func NewValues(mc *unstructured.Unstructured, spec api.Spec, cfg Config, auth Au
 		PasswordKey:      api.PasswordKey,
 		ConfigName:       api.ConfigName(name),
 		LiveConfigKey:    api.LiveConfigKey,
+		UsersConfigKey:   api.UsersConfigKey,
 		Password:         auth.Password,
 		Auth:             auth,
 		Keys:             secretKeys,
