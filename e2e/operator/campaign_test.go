@@ -122,7 +122,7 @@ var faults = []fault{
 	}},
 	{"asymmetric partition", func(cp *campaign, p *corev1.Pod) time.Time {
 		keep := cp.kept.serverSideAddr(cp.t)
-		cut := clientHosts(cp.t, p.Status.PodIP, cp.pw)
+		cut := clientHosts(cp.t, cp.c, cp.ns, chaosCache, p.Status.PodIP)
 		for _, m := range memberPods(cp.t, cp.c, cp.ns, chaosCache) {
 			if m.Name != p.Name && m.Status.PodIP != "" {
 				cut = append(cut, m.Status.PodIP)

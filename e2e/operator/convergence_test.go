@@ -137,44 +137,9 @@ func TestNoOpReconcileMakesNoRequests(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ns := c.Namespace(t, "noop")
 
-	// The in-process controller's log goes to a file, like the operator processes' logs.
-	logFile, err := os.Create(filepath.Join(c.Dir, "operator-inprocess.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	klog.LogToStderr(false)
-	klog.SetOutput(logFile)
-	t.Cleanup(func() { klog.Flush(); klog.LogToStderr(true); logFile.Close() })
-
 	// The operator's own wiring (engine/app) with a client that counts every request it sends.
 	counter := &countingTransport{}
-	rc := rest.CopyConfig(c.Config)
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
-	started := make(chan *controller.Controller, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- app.Run(ctx, app.Config{
-			RESTConfig: rc, OnStarted: func(c *controller.Controller) { started <- c },
-			Templates: templates.FS, QPS: 200, Burst: 400, Namespace: "cache-operator-system", Identity: "inprocess",
-			Controller: controller.Options{Render: render.DefaultConfig(), Workers: 2, MemberNetworks: framework.MemberIPNets()},
-			Webhook: webhook.Options{Port: 9444, Endpoint: webhook.Endpoint{URL: "https://127.0.0.1:9444"}, Namespace: "cache-operator-system",
-				SecretName: "cache-operator-webhook-tls", CertLifetime: 365 * 24 * time.Hour},
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("in-process operator: %v", err)
-		}
-	})
-	var ctrl *controller.Controller
-	select {
-	case ctrl = <-started:
-	case err := <-done:
-		t.Fatalf("in-process operator stopped: %v", err)
-	case <-time.After(time.Minute):
-		t.Fatal("the in-process operator did not sync its caches within a minute")
-	}
+	ctrl := startInProcess(t, c, ctx, cancel, func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
 	deleteCachesOnCleanup(t, c, ns)
 
 	createCache(t, c, ns, "quiet", map[string]interface{}{"version": "7.4", "size": int64(3)})
@@ -211,4 +176,46 @@ func TestNoOpReconcileMakesNoRequests(t *testing.T) {
 		}
 	}
 	t.Logf("5 no-op reconciles: 0 API requests")
+}
+
+// startInProcess runs the operator's own wiring (engine/app) in this process until the test ends,
+// its client's transport wrapped by wrap, its log in a file like the operator processes' logs; it
+// returns the controller once its caches are synced. cancel stops it.
+func startInProcess(t *testing.T, c *framework.Cluster, ctx context.Context, cancel context.CancelFunc, wrap func(http.RoundTripper) http.RoundTripper) *controller.Controller {
+	t.Helper()
+	logFile, err := os.Create(filepath.Join(c.Dir, "operator-inprocess.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	klog.LogToStderr(false)
+	klog.SetOutput(logFile)
+	t.Cleanup(func() { klog.Flush(); klog.LogToStderr(true); logFile.Close() })
+	rc := rest.CopyConfig(c.Config)
+	rc.Wrap(wrap)
+	started := make(chan *controller.Controller, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- app.Run(ctx, app.Config{
+			RESTConfig: rc, OnStarted: func(c *controller.Controller) { started <- c },
+			Templates: templates.FS, QPS: 200, Burst: 400, Namespace: "cache-operator-system", Identity: "inprocess",
+			Controller: controller.Options{Render: render.DefaultConfig(), Workers: 2, MemberNetworks: framework.MemberIPNets()},
+			Webhook: webhook.Options{Port: 9444, Endpoint: webhook.Endpoint{URL: "https://127.0.0.1:9444"}, Namespace: "cache-operator-system",
+				SecretName: "cache-operator-webhook-tls", CertLifetime: 365 * 24 * time.Hour},
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("in-process operator: %v", err)
+		}
+	})
+	select {
+	case ctrl := <-started:
+		return ctrl
+	case err := <-done:
+		t.Fatalf("in-process operator stopped: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the in-process operator did not sync its caches within a minute")
+	}
+	return nil
 }

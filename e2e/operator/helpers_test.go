@@ -26,8 +26,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/redis/go-redis/v9"
+
 	"example.com/cache-operator/e2e/framework"
 	"example.com/cache-operator/engine/conversion"
+	"example.com/cache-operator/engine/render"
 )
 
 var (
@@ -388,4 +391,39 @@ func parseLeaf(b []byte) (*x509.Certificate, []byte, bool) {
 func readFile(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	return string(b), err
+}
+
+// internalClient is a client of the member at ip as the internal user (the operator's: INFO, ROLE,
+// CONFIG, REPLICAOF, CLIENT KILL, ACL SETUSER, and no key).
+func internalClient(t *testing.T, c *framework.Cluster, ns, cache, ip string) *redis.Client {
+	t.Helper()
+	return redis.NewClient(&redis.Options{Addr: net.JoinHostPort(ip, "6379"), Username: "internal", Password: internalPassword(t, c, ns, cache),
+		DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: time.Second, MaxRetries: -1, PoolSize: 1, Protocol: 2, DisableIdentity: true})
+}
+
+// testAdminUser is a user with every permission that a test makes on a member for what neither
+// the clients' user nor the internal user may do (CLIENT LIST, MONITOR): the internal user makes
+// it (ACL SETUSER), and it lasts until the member's server restarts.
+const testAdminUser = "e2e-admin"
+
+// adminOn makes the test's admin user on the member at ip and returns its password.
+func adminOn(t *testing.T, c *framework.Cluster, ns, cache, ip string) string {
+	t.Helper()
+	pw := render.PasswordHash("e2e-admin:" + internalPassword(t, c, ns, cache))
+	ic := internalClient(t, c, ns, cache, ip)
+	defer ic.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := ic.Do(ctx, "ACL", "SETUSER", testAdminUser, "on", "resetpass", ">"+pw, "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatalf("making the test's admin user on %s: %v", ip, err)
+	}
+	return pw
+}
+
+// adminClient is a client of the member at ip as the test's admin user (adminOn).
+func adminClient(t *testing.T, c *framework.Cluster, ns, cache, ip string) *redis.Client {
+	t.Helper()
+	pw := adminOn(t, c, ns, cache, ip)
+	return redis.NewClient(&redis.Options{Addr: net.JoinHostPort(ip, "6379"), Username: testAdminUser, Password: pw,
+		DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: time.Second, MaxRetries: -1, PoolSize: 1, Protocol: 2, DisableIdentity: true})
 }

@@ -99,15 +99,15 @@ func (l *authLoad) finish() string {
 	return fmt.Sprintf("%s: %d operations, %d failed %v", l.name, l.ops.Load(), l.failed.Load(), l.errs)
 }
 
-// linkWatch samples every replica's link (INFO replication, as the internal user) until stopped
-// and counts the samples that found one down.
+// linkWatch samples every replica's link (INFO replication, as the given user) until stopped and
+// counts the samples that found one down.
 type linkWatch struct {
 	samples, down atomic.Int64
 	stop, done    chan struct{}
 	last          atomic.Value // string
 }
 
-func watchLinks(t *testing.T, c *framework.Cluster, ns, cache, internal string) *linkWatch {
+func watchLinks(t *testing.T, c *framework.Cluster, ns, cache, user, pw string) *linkWatch {
 	w := &linkWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	pods := memberPods(t, c, ns, cache)
 	go func() {
@@ -123,7 +123,7 @@ func watchLinks(t *testing.T, c *framework.Cluster, ns, cache, internal string) 
 			}
 			up, replicas := 0, 0
 			for _, p := range pods {
-				cl := redis.NewClient(&redis.Options{Addr: net.JoinHostPort(p.Status.PodIP, "6379"), Username: "internal", Password: internal,
+				cl := redis.NewClient(&redis.Options{Addr: net.JoinHostPort(p.Status.PodIP, "6379"), Username: user, Password: pw,
 					DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1, PoolSize: 1, Protocol: 2, DisableIdentity: true})
 				info, err := cl.Info(ctx, "replication").Result()
 				cl.Close()
@@ -252,7 +252,7 @@ func TestPasswordRotation(t *testing.T) {
 	}
 	revision := sts.Status.UpdateRevision
 
-	links := watchLinks(t, c, ns, "r", internal)
+	links := watchLinks(t, c, ns, "r", "internal", internal)
 	oldLoad := startAuthLoad("old", rw, ro, oldPW, 100_000, 3*time.Minute)
 	framework.Eventually(t, 30*time.Second, "the old-password load to run", func() (bool, string, error) {
 		return oldLoad.ops.Load() >= 100, fmt.Sprint(oldLoad.ops.Load()), nil

@@ -12,17 +12,23 @@ import (
 	"example.com/cache-operator/e2e/framework"
 )
 
-// roleOf asks a member's server for its role (ROLE), bounded to a second.
+// roleOf asks a member's server for its role (INFO replication, which the clients' user may read;
+// ROLE is an admin command), bounded to a second: "master" or "slave".
 func roleOf(ip, pw string) (string, error) {
 	cl := newClient(net.JoinHostPort(ip, "6379"), pw)
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	v, err := cl.Do(ctx, "ROLE").Slice()
-	if err != nil || len(v) == 0 {
-		return "", fmt.Errorf("ROLE: %v", err)
+	info, err := cl.Info(ctx, "replication").Result()
+	if err != nil {
+		return "", fmt.Errorf("INFO replication: %v", err)
 	}
-	return fmt.Sprint(v[0]), nil
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "role:"); ok {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("INFO replication has no role")
 }
 
 // assertOnePrimary checks that at most one member is labelled primary and at most one member's

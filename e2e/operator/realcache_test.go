@@ -122,14 +122,13 @@ func TestCacheOnRealNodes(t *testing.T) {
 			out, err := redisCLI(gctx, p.Status.PodIP, pw, "get", "e2e:key")
 			return out == value, out, err
 		})
-		role, _ := redisCLI(cctx, p.Status.PodIP, pw, "role")
-		if !strings.HasPrefix(role, "slave") {
-			t.Errorf("%s: ROLE says %q, want a replica", p.Name, role)
+		if role, err := roleOf(p.Status.PodIP, pw); role != "slave" {
+			t.Errorf("%s: INFO replication says role %q (%v), want a replica", p.Name, role, err)
 		}
 	}
 	// kubectl exec reaches the server inside the pod, as the README shows: redis-cli there
-	// authenticates as the internal user (REDISCLI_AUTH).
-	out, err := c.Exec(ctx, ns, "sessions-0", "redis", "redis-cli", "--user", "internal", "ping")
+	// authenticates as the internal user with the mounted password.
+	out, err := c.Exec(ctx, ns, "sessions-0", "redis", "sh", "-c", `REDISCLI_AUTH="$(cat /var/run/cache/internal/internal-password)" redis-cli --user internal ping`)
 	if err != nil || strings.TrimSpace(out) != "PONG" {
 		t.Errorf("kubectl exec sessions-0 -- redis-cli --user internal ping: %q %v", out, err)
 	}
@@ -141,7 +140,7 @@ func TestCacheOnRealNodes(t *testing.T) {
 func TestStaleReplicaIsNotReady(t *testing.T) {
 	ctx := context.Background()
 	rc := newRealCache(t, "stale", "s")
-	c, ns, pw := rc.c, rc.ns, rc.password
+	c, ns := rc.c, rc.ns
 	replicaName := "s-2"
 	if rc.primary.Name == replicaName {
 		replicaName = "s-1"
@@ -154,7 +153,7 @@ func TestStaleReplicaIsNotReady(t *testing.T) {
 		t.Helper()
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		out, err := redisCLI(cctx, replica.Status.PodIP, pw, args...)
+		out, err := redisCLI(cctx, replica.Status.PodIP, internalPassword(t, c, ns, "s"), append([]string{"--user", "internal"}, args...)...)
 		if err != nil {
 			t.Fatalf("redis-cli %v: %q %v", args, out, err)
 		}

@@ -64,11 +64,11 @@ func eventCount(t *testing.T, c *framework.Cluster, ns, cache, reason string) in
 	return n
 }
 
-// clientHosts returns the addresses of the normal clients of the server at ip other than the
-// 127.0.0.1 probes: the operator's connection, and test clients.
-func clientHosts(t *testing.T, ip, pw string) []string {
+// clientHosts returns the addresses of the normal clients of the server at ip (a member of cache)
+// other than the 127.0.0.1 probes: the operator's connection, and test clients.
+func clientHosts(t *testing.T, c *framework.Cluster, ns, cache, ip string) []string {
 	t.Helper()
-	cl := newClient(net.JoinHostPort(ip, "6379"), pw)
+	cl := adminClient(t, c, ns, cache, ip)
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -119,7 +119,7 @@ func TestAsymmetricPartition(t *testing.T) {
 	kept.waitOK(t, time.Now(), time.Minute)
 	again.waitOK(t, time.Now(), time.Minute)
 	keep := kept.serverSideAddr(t)
-	cut := clientHosts(t, old.Status.PodIP, pw) // the operator (and the writers: all from this machine)
+	cut := clientHosts(t, c, ns, "p", old.Status.PodIP) // the operator (and the writers: all from this machine)
 	for _, p := range memberPods(t, c, ns, "p") {
 		if p.Name != old.Name {
 			cut = append(cut, p.Status.PodIP)
@@ -246,11 +246,12 @@ func TestPlannedRemovalsHandOver(t *testing.T) {
 	w.halt()
 }
 
-// monitor runs MONITOR on the member at ip (redis-cli, the password in REDISCLI_AUTH) until stop
-// is called, which returns every command line seen.
-func monitor(t *testing.T, ip, pw string) (stop func() []string) {
+// monitor runs MONITOR on the member at ip of cache (redis-cli as the test's admin user, the
+// password in REDISCLI_AUTH) until stop is called, which returns every command line seen.
+func monitor(t *testing.T, c *framework.Cluster, ns, cache, ip string) (stop func() []string) {
 	t.Helper()
-	cmd := exec.Command("redis-cli", "-h", ip, "-p", "6379", "--no-auth-warning", "monitor")
+	pw := adminOn(t, c, ns, cache, ip)
+	cmd := exec.Command("redis-cli", "-h", ip, "-p", "6379", "--user", testAdminUser, "--no-auth-warning", "monitor")
 	cmd.Env = append(os.Environ(), "REDISCLI_AUTH="+pw)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -273,9 +274,9 @@ func monitor(t *testing.T, ip, pw string) (stop func() []string) {
 }
 
 // connectionsNamed returns the addresses of the member's connections whose client name is name.
-func connectionsNamed(t *testing.T, ip, pw, name string) []string {
+func connectionsNamed(t *testing.T, c *framework.Cluster, ns, cache, ip, name string) []string {
 	t.Helper()
-	cl := newClient(net.JoinHostPort(ip, "6379"), pw)
+	cl := adminClient(t, c, ns, cache, ip)
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -335,8 +336,8 @@ func TestStaleLeaderSendsNoRedisCommand(t *testing.T) {
 	var watching []func() []string
 	var staleAddrs []string
 	for _, p := range memberPods(t, c, ns, "s") {
-		staleAddrs = append(staleAddrs, connectionsNamed(t, p.Status.PodIP, pw, "cache-operator/"+leader)...)
-		watching = append(watching, monitor(t, p.Status.PodIP, pw))
+		staleAddrs = append(staleAddrs, connectionsNamed(t, c, ns, "s", p.Status.PodIP, "cache-operator/"+leader)...)
+		watching = append(watching, monitor(t, c, ns, "s", p.Status.PodIP))
 		if p.Name != primary && stray.Name == "" {
 			stray = p
 		}
@@ -344,7 +345,7 @@ func TestStaleLeaderSendsNoRedisCommand(t *testing.T) {
 	if len(staleAddrs) == 0 {
 		t.Fatalf("no connection named cache-operator/%s on the members", leader)
 	}
-	scl := newClient(net.JoinHostPort(stray.Status.PodIP, "6379"), pw)
+	scl := internalClient(t, c, ns, "s", stray.Status.PodIP)
 	defer scl.Close()
 	if err := scl.Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)

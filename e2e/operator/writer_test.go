@@ -107,6 +107,13 @@ func (w *writer) written() int {
 	return w.next
 }
 
+// ackedCount is the number of writes acknowledged so far.
+func (w *writer) ackedCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acked)
+}
+
 func (w *writer) client() *redis.Client {
 	w.mu.Lock()
 	defer w.mu.Unlock()

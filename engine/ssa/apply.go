@@ -58,8 +58,16 @@ func (a *Applier) Apply(ctx context.Context, obj, live *unstructured.Unstructure
 		return nil, err
 	}
 	if live != nil && hasUpdateEntry(live, a.manager) {
-		if err := a.upgradeManagedFields(ctx, ri, obj, live); err != nil {
+		rv, err := a.upgradeManagedFields(ctx, ri, obj, live)
+		if err != nil {
 			return nil, err
+		}
+		if obj.GetResourceVersion() != "" && obj.GetResourceVersion() == live.GetResourceVersion() && rv != "" {
+			// obj is to be written only over the version it was made from. The upgrade wrote
+			// over that very version (rv is its result, not a later one), so nothing else came
+			// between: the apply follows the upgrade.
+			obj = obj.DeepCopy()
+			obj.SetResourceVersion(rv)
 		}
 	}
 	out, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: a.manager, Force: true})
@@ -73,31 +81,36 @@ func (a *Applier) Apply(ctx context.Context, obj, live *unstructured.Unstructure
 // its apply entry. The patch replaces the whole managedFields list, guarded by the
 // resourceVersion: it is computed first from cur (the caller's copy, often an informer's, which
 // costs no read) and, if that copy was behind (a conflict), from the object as the API server has
-// it now.
-func (a *Applier) upgradeManagedFields(ctx context.Context, ri dynamic.ResourceInterface, obj, cur *unstructured.Unstructured) error {
+// it now. It returns the resourceVersion its patch made when that patch was computed from cur
+// as given ("" otherwise: the object had changed since cur, or needed no upgrade).
+func (a *Applier) upgradeManagedFields(ctx context.Context, ri dynamic.ResourceInterface, obj, cur *unstructured.Unstructured) (string, error) {
 	var err error
+	var out *unstructured.Unstructured
 	for attempt := 0; attempt < 5; attempt++ {
 		if attempt > 0 {
 			if cur, err = ri.Get(ctx, obj.GetName(), metav1.GetOptions{}); err != nil {
-				return Errorf(obj, "upgrading managed fields: %w", err)
+				return "", Errorf(obj, "upgrading managed fields: %w", err)
 			}
 		}
 		patch, perr := csaupgrade.UpgradeManagedFieldsPatch(cur, sets.New(a.manager), a.manager)
 		if perr != nil {
-			return Errorf(obj, "upgrading managed fields: %w", perr)
+			return "", Errorf(obj, "upgrading managed fields: %w", perr)
 		}
 		if patch == nil {
-			return nil
+			return "", nil
 		}
-		_, err = ri.Patch(ctx, obj.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: a.manager})
+		out, err = ri.Patch(ctx, obj.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: a.manager})
+		if err == nil && attempt == 0 {
+			return out.GetResourceVersion(), nil
+		}
 		if !apierrors.IsConflict(err) {
 			break
 		}
 	}
 	if err != nil {
-		return Errorf(obj, "upgrading managed fields: %w", err)
+		return "", Errorf(obj, "upgrading managed fields: %w", err)
 	}
-	return nil
+	return "", nil
 }
 
 // Create creates obj, failing if it exists: for an object whose content must be written exactly
