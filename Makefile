@@ -63,8 +63,8 @@ deploy: build ## deploy the operator into the cluster of $$KUBECONFIG (default: 
 	@KUBECTL="$(KUBECTL) --kubeconfig $${KUBECONFIG:-$(DEV_KUBECONFIG)}" hack/deploy.sh
 
 down: ## stop the operator started by make up, then the local cluster
-	@if [ -f .cluster/operator.pid ] && kill -0 $$(cat .cluster/operator.pid) 2>/dev/null; then \
-		echo "down: stopping the operator (PID $$(cat .cluster/operator.pid))"; kill $$(cat .cluster/operator.pid); fi
+	@bash -c 'pid_trust=("$(OPERATOR)"); . hack/pids.sh; f=.cluster/operator.pid; \
+		if pid_alive $$f; then echo "down: stopping the operator (PID $$(pid_of $$f))"; pid_kill $$f; fi'
 	@$(MAKE) --no-print-directory cluster-down
 
 ##@ Tests

@@ -8,6 +8,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 k=("$KUBECTL" --kubeconfig "$DEV_KUBECONFIG" --cache-dir .cluster/kubectl-cache)
 pidfile=.cluster/operator.pid
 log=.cluster/operator.log
+pid_trust=("$OPERATOR")
+# shellcheck source=pids.sh
+. hack/pids.sh
 
 echo "up: installing the CRD"
 "${k[@]}" apply --server-side --force-conflicts -k crd/ >/dev/null
@@ -17,20 +20,20 @@ for ns in shop cache-operator-system; do # the sample's, and the operator's (web
 done
 
 # A rebuilt binary replaces a running operator of an older build.
-if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+if pid_alive "$pidfile"; then
 	if [[ $OPERATOR -nt $pidfile ]]; then
 		echo "up: restarting the operator (new build)"
-		kill "$(cat "$pidfile")"
-		while kill -0 "$(cat "$pidfile")" 2>/dev/null; do sleep 0.2; done
+		pid_kill "$pidfile"
+		while pid_alive "$pidfile"; do sleep 0.2; done
 	else
-		echo "up: the operator is running (PID $(cat "$pidfile"))"
+		echo "up: the operator is running (PID $(pid_of "$pidfile"))"
 	fi
 fi
-if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
+if ! pid_alive "$pidfile"; then
 	# As in production: leader election on (a second `make run` would wait as a follower).
 	nohup "$OPERATOR" --kubeconfig "$DEV_KUBECONFIG" --leader-elect --member-networks 198.18.0.0/15 \
 		--metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 >>"$log" 2>&1 &
-	echo $! >"$pidfile"
+	write_pid "$pidfile" $!
 	echo "up: started the operator (PID $!, log $log); webhooks on https://127.0.0.1:9443"
 fi
 
@@ -39,7 +42,7 @@ echo "up: waiting for the operator to serve its webhooks (http://127.0.0.1:8081/
 ready=0
 for _ in $(seq 1 60); do
 	if curl -fsS http://127.0.0.1:8081/readyz >/dev/null 2>&1; then ready=1; break; fi
-	kill -0 "$(cat "$pidfile")" 2>/dev/null || { echo "up: the operator exited; log:" >&2; tail -n 20 "$log" >&2; exit 1; }
+	pid_alive "$pidfile" || { echo "up: the operator exited; log:" >&2; tail -n 20 "$log" >&2; exit 1; }
 	sleep 1
 done
 if ((!ready)); then

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,28 +22,24 @@ import (
 // It returns how long the API was unavailable to this process's checks.
 func (c *Cluster) RestartComponent(t testing.TB, component string) time.Duration {
 	t.Helper()
-	pidFile := filepath.Join(c.Dir, "kwok", "clusters", c.Name, "pids", component+".pid")
-	b, err := os.ReadFile(pidFile)
+	proc, pid, err := c.componentProcess(component)
 	if err != nil {
 		t.Fatalf("restarting %s: %v", component, err)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatalf("restarting %s: pid file %s: %v", component, pidFile, err)
-	}
+	defer proc.Release()
 	start := time.Now()
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+	if err := proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("stopping %s (PID %d): %v", component, pid, err)
 	}
 	// A graceful stop; the API server drains its requests for up to a minute, so after 30 s
 	// the restart becomes a hard one (SIGKILL), as a kubelet's does after the grace period.
 	deadline := time.Now().Add(30 * time.Second)
-	for running(pid) {
+	for alive(proc) {
 		if time.Now().After(deadline) {
 			t.Logf("%s (PID %d) still running 30 s after SIGTERM; SIGKILL", component, pid)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			_ = proc.Signal(syscall.SIGKILL)
 			Eventually(t, 30*time.Second, component+" to exit after SIGKILL", func() (bool, string, error) {
-				return !running(pid), fmt.Sprintf("PID %d", pid), nil
+				return !alive(proc), fmt.Sprintf("PID %d", pid), nil
 			})
 			break
 		}
@@ -180,6 +177,38 @@ func processStart(pid string) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// componentProcess returns a handle on the process of a control-plane component, from kwokctl's
+// PID file: a pidfd (os.FindProcess takes one on Linux), which keeps naming that process even if
+// its PID is reused, taken before the process's command line is checked to be the component's
+// binary of this cluster. Signals go through the handle, so they cannot reach another process.
+func (c *Cluster) componentProcess(component string) (*os.Process, int, error) {
+	pidFile := filepath.Join(c.Dir, "kwok", "clusters", c.Name, "pids", component+".pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return nil, 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, 0, fmt.Errorf("pid file %s: %w", pidFile, err)
+	}
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		return nil, pid, err
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	bin := filepath.Join(c.Dir, "kwok", "clusters", c.Name, "bin", component)
+	if err != nil || !alive(proc) || !strings.HasPrefix(string(cmdline), bin+"\x00") {
+		proc.Release()
+		return nil, pid, fmt.Errorf("PID %d (from %s) is not %s of this cluster: not signalling it", pid, pidFile, bin)
+	}
+	return proc, pid, nil
+}
+
+// alive reports whether the process behind a handle has not exited.
+func alive(p *os.Process) bool {
+	return !errors.Is(p.Signal(syscall.Signal(0)), os.ErrProcessDone)
 }
 
 // running reports whether the process pid exists and is not a zombie.

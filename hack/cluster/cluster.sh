@@ -59,8 +59,11 @@ kubectl=("$bin/kubectl" --kubeconfig "$kubeconfig" --cache-dir "$state/kubectl-c
 
 log() { echo "cluster: $*"; }
 
-# pid_alive FILE: the PID in FILE names a running process.
-pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# PID files: hack/pids.sh (a PID with its start time; a reused PID is never signalled). A file
+# from before start times were recorded is trusted if the process names this cluster's folder.
+pid_trust=("$state/" "$bin/")
+# shellcheck source=../pids.sh
+. "$here/../pids.sh"
 
 wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
 	local deadline=$((SECONDS + $1)) what=$2
@@ -89,7 +92,25 @@ host_veth=cachenet$net_index
 real_nodes=(a b c)
 pki=$KWOK_WORKDIR/clusters/$name/pki
 
+# check_routes: this machine has no route in the cluster's ranges that this script did not make
+# (one through $host_veth). A route someone else made in 198.18.0.0/15 (a VPN, a lab network, the
+# other cluster's ranges under another name) is never replaced: the script stops, naming it.
+check_routes() {
+	local prefix line foreign=0
+	for prefix in "$pod_net" "$svc_net"; do
+		while IFS= read -r line; do
+			[[ -z $line ]] && continue
+			if [[ " $line " != *" dev $host_veth "* ]]; then
+				log "refusing to route $prefix: this machine already has the route '$line', which this script did not make (remove it, or choose CLUSTER_NET_INDEX)"
+				foreign=1
+			fi
+		done < <(ip -o route show root "$prefix"; ip -o route show match "$prefix" | grep -v '^default ' || true)
+	done
+	return "$foreign"
+}
+
 net_up() {
+	check_routes || exit 1
 	if ! ip netns list | grep -qx "$netns\( .*\)\?"; then
 		log "creating network namespace $netns (bridge br0 $gateway, pods $pod_net, services $svc_net)"
 		ip netns add "$netns"
@@ -159,7 +180,7 @@ start_bg() { # start_bg NAME COMMAND...: start a process in the background unles
 	if pid_alive "$state/$what.pid"; then return; fi
 	log "starting $what"
 	nohup "$@" >>"$state/$what.log" 2>&1 &
-	echo $! >"$state/$what.pid"
+	write_pid "$state/$what.pid" $!
 }
 
 node_index() {
@@ -179,7 +200,7 @@ start_node() { # start_node real-a
 		--pod-cidr "198.18.$((base + 1 + i)).0/24" --pod-network "$pod_net" --gateway "$gateway" \
 		--cluster-netns "$netns" --cluster-dns "$gateway" --state-dir "$state/nodes/$node" \
 		--images "$here/../node/images.yaml" --listen "127.0.0.1:$((10250 + 10 * net_index + i))" \
-		--client-ca "$pki/ca.crt" --cgroup-parent "/cache-nodes/$name/$node" \
+		--client-ca "$pki/ca.crt" --cgroup-parent "/cache-nodes/$name/$node" --volume-root "$state/volumes" \
 		--max-container-restart-period "$max_restart_period"
 }
 
@@ -201,7 +222,7 @@ wait_node() {
 stop_node() {
 	local node=$1 dir=$state/nodes/$1 id
 	if pid_alive "$state/$node.pid"; then
-		kill -9 "$(cat "$state/$node.pid")" 2>/dev/null || true
+		pid_kill "$state/$node.pid" KILL
 	fi
 	rm -f "$state/$node.pid"
 	if [[ -d $dir/runc ]]; then
@@ -283,7 +304,7 @@ down() {
 	for f in "$state"/real-*.pid; do
 		[[ -f $f ]] || continue
 		node=$(basename "$f" .pid)
-		if pid_alive "$f"; then kill "$(cat "$f")" 2>/dev/null || true; fi
+		pid_kill "$f"
 	done
 	for f in "$state"/real-*.pid; do
 		[[ -f $f ]] || continue
@@ -298,11 +319,11 @@ down() {
 	for f in "$state"/*.pid; do
 		[[ -f $f ]] || continue
 		if pid_alive "$f"; then
-			log "stopping $(basename "$f" .pid) (PID $(cat "$f"))"
-			kill "$(cat "$f")" 2>/dev/null || true
+			log "stopping $(basename "$f" .pid) (PID $(pid_of "$f"))"
+			pid_kill "$f"
 			local deadline=$((SECONDS + 15))
 			while pid_alive "$f" && ((SECONDS < deadline)); do sleep 0.2; done
-			pid_alive "$f" && kill -9 "$(cat "$f")" 2>/dev/null || true
+			pid_kill "$f" KILL
 		fi
 	done
 	# Containers of a node whose agent was already gone.
@@ -360,6 +381,7 @@ up) up ;;
 down) down ;;
 restart) restart ;;
 stop-node) stop_node "${2:?node name}" ;;
+check-routes) check_routes ;;
 start-node) start_node "${2:?node name}" && wait_node "$2" ;;
-*) echo "usage: $0 up|down|restart|stop-node NODE|start-node NODE" >&2; exit 2 ;;
+*) echo "usage: $0 up|down|restart|stop-node NODE|start-node NODE|check-routes" >&2; exit 2 ;;
 esac

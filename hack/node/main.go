@@ -54,6 +54,7 @@ func main() {
 	flag.StringVar(&cfg.ClusterDNS, "cluster-dns", "", "nameserver written to every pod's resolv.conf")
 	flag.StringVar(&cfg.ClusterDomain, "cluster-domain", "cluster.local", "cluster DNS domain")
 	flag.StringVar(&cfg.StateDir, "state-dir", "", "folder for this node's pods, logs and runc state")
+	flag.StringVar(&cfg.VolumeRoot, "volume-root", "", "the local provisioner's folder: PersistentVolume folders under it are created and given to the pod's fsGroup; any other is mounted as it is")
 	flag.StringVar(&cfg.Runc, "runc", "/usr/sbin/runc", "runc binary")
 	flag.StringVar(&cfg.ImagesFile, "images", "", "image table (YAML): image repository -> program on this machine")
 	flag.StringVar(&cfg.CgroupParent, "cgroup-parent", "", "cgroup path under which containers run (default /cache-nodes/<node-name>)")

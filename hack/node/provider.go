@@ -32,9 +32,12 @@ type Config struct {
 	ClusterDNS    string
 	ClusterDomain string
 	StateDir      string
-	Runc          string
-	ImagesFile    string
-	CgroupParent  string
+	// VolumeRoot is the local provisioner's folder: the only place where a PersistentVolume's
+	// folder is created and given to the pod's fsGroup. A volume elsewhere is mounted as it is.
+	VolumeRoot   string
+	Runc         string
+	ImagesFile   string
+	CgroupParent string
 	// MaxBackoff is the longest CrashLoopBackOff delay (DefaultMaxBackoff when zero).
 	MaxBackoff time.Duration
 

@@ -137,17 +137,62 @@ func (vs *volumeSet) setupPVC(ctx context.Context, v *corev1.Volume) error {
 	default:
 		return fmt.Errorf("PersistentVolume %s is neither hostPath nor local: this node cannot mount it", pv.Name)
 	}
-	if err := os.MkdirAll(path, 0o700); err != nil {
-		return err
+	owned, err := underRoot(vs.r.cfg.VolumeRoot, path)
+	if err != nil {
+		return fmt.Errorf("PersistentVolume %s: %w", pv.Name, err)
 	}
-	if g := vs.fsGroup(); g != nil {
-		if err := setOwnership(path, *g); err != nil {
+	if owned {
+		// The provisioner's folder: made here if it is not yet, and given to the pod's fsGroup
+		// as the kubelet does.
+		if err := os.MkdirAll(path, 0o700); err != nil {
 			return err
 		}
+		if g := vs.fsGroup(); g != nil {
+			if err := setOwnership(path, *g); err != nil {
+				return err
+			}
+		}
+	} else if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+		// Any other host path is mounted as it is, never created, chowned or chmodded: a
+		// PersistentVolume may name any folder of this machine.
+		return fmt.Errorf("PersistentVolume %s names %s, outside the provisioner's folder, which is not an existing folder; this node creates none outside it", pv.Name, path)
 	}
 	vs.paths[v.Name] = path
 	vs.ro[v.Name] = v.PersistentVolumeClaim.ReadOnly
 	return nil
+}
+
+// underRoot reports whether path is inside root once both are resolved (symbolic links
+// followed, as far as they exist), so that neither "..", nor a link in the path, leads out of
+// it. An empty root holds nothing.
+func underRoot(root, path string) (bool, error) {
+	if root == "" || !filepath.IsAbs(path) {
+		return false, nil
+	}
+	r, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return false, fmt.Errorf("the provisioner's folder %s: %w", root, err)
+	}
+	p := filepath.Clean(path)
+	// Resolve the longest part of path that exists; the rest is made below it.
+	rest := ""
+	for {
+		if resolved, err := filepath.EvalSymlinks(p); err == nil {
+			p = filepath.Join(resolved, rest)
+			break
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			break
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+		p = parent
+	}
+	rel, err := filepath.Rel(r, p)
+	if err != nil {
+		return false, nil
+	}
+	return rel != "." && rel != ".." && !strings.HasPrefix(rel, "../"), nil
 }
 
 // setOwnership gives a volume to the pod's fsGroup as the kubelet does: group-owned, group
