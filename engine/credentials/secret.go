@@ -62,7 +62,7 @@ func Parse(secret *unstructured.Unstructured) (Secret, bool) {
 	}
 	ann := secret.GetAnnotations()
 	s := Secret{
-		Password:      value(api.PasswordKey),
+		Password:              value(api.PasswordKey),
 		Internal:              hexOrEmpty(value(api.InternalPasswordKey), 2*passwordBytes),
 		PreviousInternal:      hexOrEmpty(value(api.PreviousInternalPasswordKey), 2*passwordBytes),
 		PreviousInternalUntil: ann[api.PreviousInternalUntilAnnotation],

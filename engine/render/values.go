@@ -101,7 +101,7 @@ var secretKeys = SecretKeys{
 	PreviousUntilAnnotation: api.PreviousPasswordUntilAnnotation, RotatedFor: api.PasswordRotatedForAnnotation,
 	PreviousInternal: api.PreviousInternalPasswordKey, PreviousInternalUntilAnnotation: api.PreviousInternalUntilAnnotation,
 	InternalRotatedFor: api.InternalRotatedForAnnotation,
-	InternalUser: api.InternalUser,
+	InternalUser:       api.InternalUser,
 }
 
 // Config is what rendering takes from the operator's flags rather than from the ManagedCache.
