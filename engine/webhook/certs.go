@@ -2,13 +2,8 @@ package webhook
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/big"
@@ -23,16 +18,17 @@ import (
 	"k8s.io/klog/v2"
 
 	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/pki"
 )
 
 // Keys of the webhook TLS Secret.
 const (
-	keyCACert   = "ca.crt"        // the current CA
-	keyCAKey    = "ca.key"        // its key
 	keyCABundle = "ca-bundle.crt" // the current CA and, during a CA rotation, the previous one
 	keyCert     = "tls.crt"
 	keyKey      = "tls.key"
 )
+
+var webhookKeys = pki.Keys{CACert: "ca.crt", CAKey: "ca.key", CABundle: keyCABundle, Cert: keyCert, Key: keyKey}
 
 // certs keeps the webhook's CA and serving certificate in a Secret shared by every replica, and
 // renews them before they expire. Whoever writes the Secret first wins; the others read it
@@ -132,119 +128,17 @@ func (c *certs) load(secret *corev1.Secret) (bool, error) {
 	return old == nil || old.Cmp(leaf.SerialNumber) != 0, nil
 }
 
-// renew updates data in place where something is missing, unparsable, for other names, or
-// within a third of its lifetime of expiry. It reports whether it changed anything.
+// renew updates the Secret's data in place where something is missing, unparsable, for other
+// names, or within a third of its lifetime of expiry (pki.Renew; the CA lives ten times as long).
+// It reports whether it changed anything.
 func (c *certs) renew(secret *corev1.Secret, now time.Time) bool {
-	d := secret.Data
-	caCert, caKey, caOK := parsePair(d[keyCACert], d[keyCAKey])
-	changedCA := false
-	if !caOK || dueForRenewal(caCert, 10*c.lifetime, now) {
-		newCA, newKey, err := newCertificate(nil, nil, "cache-operator-webhook-ca", nil, nil, 10*c.lifetime, now)
-		if err != nil {
-			klog.ErrorS(err, "Generating the webhook CA")
-			return false
-		}
-		bundle := pemCert(newCA)
-		if caOK && now.Before(caCert.NotAfter) {
-			bundle = append(bundle, pemCert(caCert)...) // the old CA still verifies certificates it signed
-		}
-		d[keyCACert], d[keyCAKey], d[keyCABundle] = pemCert(newCA), pemKey(newKey), bundle
-		caCert, caKey, changedCA = newCA, newKey, true
-	}
-	leaf, _, leafOK := parsePair(d[keyCert], d[keyKey])
-	if changedCA || !leafOK || dueForRenewal(leaf, c.lifetime, now) || !covers(leaf, c.dnsNames, c.ips) ||
-		leaf.CheckSignatureFrom(caCert) != nil {
-		cert, key, err := newCertificate(caCert, caKey, "cache-operator-webhook", c.dnsNames, c.ips, c.lifetime, now)
-		if err != nil {
-			klog.ErrorS(err, "Generating the webhook serving certificate")
-			return false
-		}
-		d[keyCert], d[keyKey] = pemCert(cert), pemKey(key)
-		return true
-	}
-	return changedCA
-}
-
-// dueForRenewal: less than a third of the lifetime left, or issued for another lifetime (the
-// flag changed).
-func dueForRenewal(cert *x509.Certificate, lifetime time.Duration, now time.Time) bool {
-	issuedFor := cert.NotAfter.Sub(cert.NotBefore) - time.Minute // NotBefore is backdated a minute
-	return cert.NotAfter.Sub(now) < lifetime/3 || issuedFor > lifetime+time.Second || issuedFor < lifetime-time.Second
-}
-
-func covers(cert *x509.Certificate, dnsNames []string, ips []net.IP) bool {
-	for _, n := range dnsNames {
-		if cert.VerifyHostname(n) != nil {
-			return false
-		}
-	}
-	for _, ip := range ips {
-		if cert.VerifyHostname(ip.String()) != nil {
-			return false
-		}
-	}
-	return true
-}
-
-// newCertificate makes a CA (parent nil) or a serving certificate signed by parent.
-func newCertificate(parent *x509.Certificate, parentKey *ecdsa.PrivateKey, cn string, dnsNames []string, ips []net.IP,
-	lifetime time.Duration, now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	changed, err := pki.Renew(secret.Data, webhookKeys, pki.Spec{
+		CAName: "cache-operator-webhook-ca", Name: "cache-operator-webhook", DNSNames: c.dnsNames, IPs: c.ips,
+		Lifetime: c.lifetime, CALifetime: 10 * c.lifetime,
+	}, now)
 	if err != nil {
-		return nil, nil, err
+		klog.ErrorS(err, "Generating the webhook certificates")
+		return false
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    now.Add(-time.Minute),
-		NotAfter:     now.Add(lifetime),
-		DNSNames:     dnsNames,
-		IPAddresses:  ips,
-	}
-	signer, signerKey := tmpl, key
-	if parent == nil {
-		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
-		tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature
-	} else {
-		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		signer, signerKey = parent, parentKey
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
-	if err != nil {
-		return nil, nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	return cert, key, err
-}
-
-func pemCert(c *x509.Certificate) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
-}
-
-func pemKey(k *ecdsa.PrivateKey) []byte {
-	der, _ := x509.MarshalECPrivateKey(k)
-	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
-}
-
-// parsePair parses a PEM certificate and its EC key.
-func parsePair(certPEM, keyPEM []byte) (*x509.Certificate, *ecdsa.PrivateKey, bool) {
-	cb, _ := pem.Decode(certPEM)
-	kb, _ := pem.Decode(keyPEM)
-	if cb == nil || kb == nil {
-		return nil, nil, false
-	}
-	cert, err := x509.ParseCertificate(cb.Bytes)
-	if err != nil {
-		return nil, nil, false
-	}
-	key, err := x509.ParseECPrivateKey(kb.Bytes)
-	if err != nil || !key.PublicKey.Equal(cert.PublicKey) {
-		return nil, nil, false
-	}
-	return cert, key, true
+	return changed
 }
