@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"example.com/cache-operator/engine/cachetls"
 	"example.com/cache-operator/engine/credentials"
 
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -62,6 +63,7 @@ func main() {
 	flag.DurationVar(&cfg.Controller.MemberPoll, "member-poll", time.Second, "how often each cache's members are read (INFO replication and keyspace)")
 	flag.DurationVar(&cfg.Controller.ServiceSettle, "service-settle", 1500*time.Millisecond, "a planned handover waits until this long after the last change to its members' Service endpoints, so that kube-proxy (one sync per --iptables-min-sync-period, 1 s by default) applies the read-write Service's change at once; kube-proxy's period plus its sync time (0: no wait)")
 	flag.DurationVar(&cfg.Controller.PasswordOverlap, "password-overlap", credentials.DefaultPasswordOverlap, "how long the previous clients' password is still accepted after a rotation")
+	flag.DurationVar(&cfg.Controller.CertificateLifetime, "tls-certificate-lifetime", cachetls.DefaultLifetime, "lifetime of a TLS cache's members' certificates (renewed with a third left; the cache's CA lives ten times as long)")
 	gcPercent := flag.Int("gc-percent", 25, "the Go garbage collector's target, as GOGC (which, set in the environment, replaces this default): lower trades CPU for memory")
 	klog.InitFlags(nil)
 	flag.Parse()

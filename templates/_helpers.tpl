@@ -1,11 +1,24 @@
 {{/*
 redis.conf: the settings that take effect when the server starts, written into the container at
-start. The password is not here: the container appends it from the Secret at start, so it never
+start. With TLS (spec.tls.enabled) the port serves TLS only (port 0 closes the plain one), from the
+mounted Secret's files, which the operator makes the server reload when they change (CONFIG SET
+tls-cert-file: no restart); clients authenticate with passwords, not certificates
+(tls-auth-clients no); replicas reach their primary over TLS. The password is not here: the container appends it from the Secret at start, so it never
 appears in the pod spec. The StatefulSet's pod template carries a checksum of this text, so a
 change rolls the pods.
 */}}
 {{- define "redis.conf" -}}
+{{ if .TLS.Enabled -}}
+port 0
+tls-port {{ .Port }}
+tls-cert-file {{ .TLS.Dir }}/{{ .TLS.Keys.Cert }}
+tls-key-file {{ .TLS.Dir }}/{{ .TLS.Keys.Key }}
+tls-ca-cert-file {{ .TLS.Dir }}/{{ .TLS.Keys.Bundle }}
+tls-auth-clients no
+tls-replication yes
+{{ else -}}
 port {{ .Port }}
+{{ end -}}
 bind * -::*
 protected-mode no
 dir /data
@@ -69,6 +82,7 @@ restart, within the overlap. */}}
 
 {{- define "probe.cli" -}}
 REDISCLI_AUTH="$(cat {{ include "internal.dir" . }}/{{ .Keys.Internal }})" {{ include "server" . }}-cli -h 127.0.0.1 -p {{ .Port }} --user {{ .Keys.InternalUser }}
+{{- if .TLS.Enabled }} --tls --cacert {{ .TLS.Dir }}/{{ .TLS.Keys.Bundle }}{{ end }}
 {{- end }}
 
 {{- define "probe.started" -}}

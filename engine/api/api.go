@@ -105,6 +105,28 @@ const RotateInternalPasswordAnnotation = "cache.example.com/rotate-internal-pass
 // (any string, e.g. a date) rotates once.
 const RotatePasswordAnnotation = "cache.example.com/rotate-password"
 
+// RotateCertificatesAnnotation on a ManagedCache asks for new TLS certificates now: each new value
+// renews the members' certificate once (CertificatesRotatedForAnnotation on the TLS Secret records
+// the value served).
+const (
+	RotateCertificatesAnnotation     = "cache.example.com/rotate-certificates"
+	CertificatesRotatedForAnnotation = "cache.example.com/certificates-rotated-for"
+)
+
+// TLSSecretName returns the name of a TLS cache's Secret: its CA and its members' certificate.
+func TLSSecretName(cacheName string) string { return cacheName + "-tls" }
+
+// CAConfigMapName returns the name of the ConfigMap that publishes a TLS cache's CA bundle for
+// clients (key CAKey).
+func CAConfigMapName(cacheName string) string { return cacheName + "-ca" }
+
+// CAKey is the key of the CA bundle in the TLS Secret and in the CA ConfigMap.
+const CAKey = "ca.crt"
+
+// LabelTLS ("true") is on the pods of a member that serves TLS only (from the pod template), so
+// that the operator dials it with TLS.
+const LabelTLS = "cache.example.com/tls"
+
 // SecretName returns the name of the Secret that holds a cache's password. The operator reads the
 // password from this Secret before rendering, so the name is fixed here, not in a template.
 func SecretName(cacheName string) string { return cacheName + "-auth" }

@@ -31,6 +31,9 @@ type Spec struct {
 	FailoverDelay time.Duration
 	// Fence is how a primary cut off from its replicas stops taking writes.
 	Fence Fence
+	// TLS is spec.tls.enabled: members serve TLS only, replicate over TLS, and the operator
+	// issues their certificates.
+	TLS bool
 }
 
 // Fence bounds what a primary cut off from its replicas can acknowledge (min-replicas-to-write,
@@ -176,6 +179,15 @@ func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
 			return s, fmt.Errorf("spec.failover.%s", strings.TrimPrefix(err.Error(), "spec."))
 		}
 		s.FailoverDelay = time.Duration(d) * time.Second
+	}
+	if t, ok := spec["tls"].(map[string]interface{}); ok {
+		switch v := t["enabled"].(type) {
+		case bool:
+			s.TLS = v
+		case nil:
+		default:
+			return s, fmt.Errorf("spec.tls.enabled: must be true or false, got %v", v)
+		}
 	}
 	failover, _ := spec["failover"].(map[string]interface{})
 	if s.Fence, err = fenceFor(failover, s.Replicas); err != nil {

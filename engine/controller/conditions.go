@@ -102,6 +102,8 @@ const (
 	ReasonPasswordPending  = "PasswordPending"
 	ReasonPasswordRejected = "PasswordRejected"
 	ReasonPasswordRotated  = "PasswordRotated"
+	// ReasonCertificateRenewed: a TLS cache's members' certificate was renewed (Normal Event).
+	ReasonCertificateRenewed = "CertificateRenewed"
 )
 
 // applyPasswordCondition sets PasswordApplied: False when the Secret's password was refused (the

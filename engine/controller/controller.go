@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"example.com/cache-operator/engine/cachetls"
 	"example.com/cache-operator/engine/credentials"
 	"example.com/cache-operator/engine/dataplane"
 
@@ -87,6 +88,9 @@ type Options struct {
 	// PasswordOverlap is how long the previous clients' password is still accepted after a
 	// rotation (default credentials.DefaultPasswordOverlap).
 	PasswordOverlap time.Duration
+	// CertificateLifetime is a TLS cache's members' certificates' lifetime (the CA's is ten times
+	// as long); renewed with a third left (default cachetls.DefaultLifetime).
+	CertificateLifetime time.Duration
 }
 
 // CleanupFunc releases what a cache holds outside the cluster when it is deleted. The finalizer
@@ -130,6 +134,9 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	}
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = 10 * time.Second
+	}
+	if opts.CertificateLifetime <= 0 {
+		opts.CertificateLifetime = cachetls.DefaultLifetime
 	}
 	if opts.PasswordOverlap <= 0 {
 		opts.PasswordOverlap = credentials.DefaultPasswordOverlap

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"example.com/cache-operator/engine/cachetls"
 	"example.com/cache-operator/engine/credentials"
 	"example.com/cache-operator/engine/dataplane"
 	"example.com/cache-operator/engine/informers"
@@ -51,6 +52,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	if !exists {
 		c.statusWrites.forget(key)
 		c.verified.forget(key)
+		metrics.ForgetCache(ns, name)
 		klog.V(4).InfoS("ManagedCache is gone; its children are left to garbage collection", "managedcache", key)
 		return nil
 	}
@@ -82,17 +84,29 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	desired, err := c.renderer.Children(mc, spec, c.opts.Render, authd.Auth)
+	tlsd, err := c.certificates(mc, spec)
+	if err != nil {
+		return err
+	}
+	auth := authd.Auth
+	auth.TLS = tlsd.Data
+	desired, err := c.renderer.Children(mc, spec, c.opts.Render, auth)
 	if err != nil {
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRenderFailed, "Rendering templates failed: %v", err)
 		return c.writeStatus(ctx, mc, invalidStatus(mc, ReasonRenderFailed, err.Error()))
 	}
 	sortForApply(desired)
 	for _, want := range desired {
-		if want.GroupVersionKind() == informers.Secret && authd.SecretVersion != "" {
-			// The credentials were decided from this version: a write made from them must not
-			// overwrite a later edit (server-side apply checks the resourceVersion it carries).
-			want.SetResourceVersion(authd.SecretVersion)
+		if want.GroupVersionKind() == informers.Secret {
+			// The credentials and certificates were decided from these versions: a write made
+			// from them must not overwrite a later edit (server-side apply checks the
+			// resourceVersion it carries).
+			switch {
+			case want.GetName() == api.SecretName(mc.GetName()) && authd.SecretVersion != "":
+				want.SetResourceVersion(authd.SecretVersion)
+			case want.GetName() == api.TLSSecretName(mc.GetName()) && tlsd.SecretVersion != "":
+				want.SetResourceVersion(tlsd.SecretVersion)
+			}
 		}
 		if want.GroupVersionKind() == informers.StatefulSet && view.Observed {
 			// Only an observed cache hands over; an unobserved one just scales.
@@ -149,7 +163,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		!storage.replaced && len(done.verified) == len(desired) && authd.OverlapEnds.IsZero() && authd.Rejected == "" {
 		// (An overlap ends with time, not with a change the pass would see; a refused password
 		// is reported by each pass until it is fixed.)
-		pass := verifiedPass{inputs: inputs, epoch: epoch, children: done.verified, sts: -1}
+		pass := verifiedPass{inputs: inputs, epoch: epoch, children: done.verified, sts: -1, until: tlsd.RenewAt}
 		for i, ch := range pass.children {
 			if c.informers.Children[ch.kind].GVK == informers.StatefulSet {
 				pass.sts = i
@@ -160,6 +174,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	c.members.Enqueue(key) // the member pass follows what this reconcile wrote
 	st := newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, storage.condition, view, viewOK, failReason, failMessage)
 	applyPasswordCondition(&st, view, viewOK, authd, mc.GetGeneration())
+	st.TLS = tlsStatusOf(mc, spec, tlsd)
 	if err := c.writeStatus(ctx, mc, st); err != nil {
 		return errors.Join(retry, err)
 	}
@@ -194,6 +209,9 @@ func (c *Controller) statusOfVerified(ctx context.Context, mc *unstructured.Unst
 	c.members.Enqueue(mc.GetNamespace() + "/" + mc.GetName())
 	st := newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, nil, view, viewOK, "", "")
 	applyPasswordCondition(&st, view, viewOK, credentials.Decision{}, mc.GetGeneration())
+	if spec.TLS {
+		st.TLS = statusOf(mc).TLS // the certificates are as the verified pass decided them
+	}
 	if err := c.writeStatus(ctx, mc, st); err != nil {
 		return err
 	}
@@ -330,6 +348,30 @@ func (c *Controller) auth(mc *unstructured.Unstructured) (credentials.Decision, 
 	if !d.OverlapEnds.IsZero() {
 		c.queue.AddAfter(key, time.Until(d.OverlapEnds)+time.Second)
 	}
+	return d, nil
+}
+
+// certificates decides a TLS cache's certificates from its live TLS Secret (cachetls.Decide),
+// records a renewal with an Event and the expiry in the metric, and comes back when the next one
+// is due. A cache without TLS has none (its TLS Secret, if it had one, is left as it is).
+func (c *Controller) certificates(mc *unstructured.Unstructured, spec api.Spec) (cachetls.Decision, error) {
+	if !spec.TLS {
+		return cachetls.Decision{}, nil
+	}
+	secret, err := c.child(informers.Secret, mc.GetNamespace(), api.TLSSecretName(mc.GetName()))
+	if err != nil {
+		return cachetls.Decision{}, err
+	}
+	d, err := cachetls.Decide(secret, mc.GetName(), mc.GetNamespace(), c.opts.Render.ClusterDomain,
+		mc.GetAnnotations()[api.RotateCertificatesAnnotation], c.opts.CertificateLifetime, time.Now())
+	if err != nil {
+		return d, err
+	}
+	if d.Renewed && secret != nil {
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, ReasonCertificateRenewed, "Certificate renewed: serial %s, valid until %s", d.Serial, d.NotAfter.UTC().Format(time.RFC3339))
+	}
+	metrics.CertificateExpiry(mc.GetNamespace(), mc.GetName(), d.NotAfter)
+	c.queue.AddAfter(mc.GetNamespace()+"/"+mc.GetName(), time.Until(d.RenewAt)+time.Second)
 	return d, nil
 }
 

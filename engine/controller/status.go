@@ -5,6 +5,9 @@ import (
 	"net"
 	"reflect"
 	"strconv"
+	"time"
+
+	"example.com/cache-operator/engine/cachetls"
 
 	"example.com/cache-operator/engine/roles"
 
@@ -28,7 +31,23 @@ type cacheStatus struct {
 	Primary            string                   `json:"primary,omitempty"`
 	Members            []dataplane.MemberStatus `json:"members,omitempty"`
 	Selector           string                   `json:"selector,omitempty"`
+	TLS                *tlsStatus               `json:"tls,omitempty"`
 	ObservedGeneration int64                    `json:"observedGeneration,omitempty"`
+}
+
+// tlsStatus is status.tls: where clients find the CA, and the members' certificate.
+type tlsStatus struct {
+	CAConfigMap string `json:"caConfigMap,omitempty"`
+	NotAfter    string `json:"notAfter,omitempty"`
+	Serial      string `json:"serial,omitempty"`
+}
+
+// tlsStatusOf is status.tls of a cache from the reconcile's certificate decision (nil without TLS).
+func tlsStatusOf(mc *unstructured.Unstructured, spec api.Spec, d cachetls.Decision) *tlsStatus {
+	if !spec.TLS || d.Serial == "" {
+		return nil
+	}
+	return &tlsStatus{CAConfigMap: api.CAConfigMapName(mc.GetName()), NotAfter: d.NotAfter.UTC().Format(time.RFC3339), Serial: d.Serial}
 }
 
 // statusOf reads the status of mc; a malformed status reads as empty (it is rewritten whole).

@@ -4,6 +4,7 @@ import (
 	"hash/fnv"
 	"strconv"
 	"sync"
+	"time"
 
 	"example.com/cache-operator/engine/informers"
 
@@ -41,6 +42,8 @@ type verifiedPass struct {
 	// sts is the index in children of the StatefulSet, whose status the cache's status reads
 	// (-1: none).
 	sts int
+	// until, when set, is when the verdict lapses by itself (a TLS certificate due for renewal).
+	until time.Time
 }
 
 // verifiedPasses holds the last verified pass of each cache.
@@ -74,7 +77,7 @@ func (v *verifiedPasses) forget(key string) {
 // stillVerified reports whether pass still holds: the same inputs and defaults epoch, and every
 // child it compared in the informer caches at the version it compared.
 func (c *Controller) stillVerified(pass verifiedPass, inputs, epoch uint64) bool {
-	if pass.inputs != inputs || pass.epoch != epoch || len(pass.children) == 0 {
+	if pass.inputs != inputs || pass.epoch != epoch || len(pass.children) == 0 || (!pass.until.IsZero() && !time.Now().Before(pass.until)) {
 		return false
 	}
 	for _, ch := range pass.children {

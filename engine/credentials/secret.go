@@ -9,6 +9,7 @@
 package credentials
 
 import (
+	"crypto/tls"
 	"encoding/base64"
 	"fmt"
 	"hash/fnv"
@@ -91,6 +92,10 @@ type Credentials struct {
 	Revision int64
 	// Key digests the above, so that a member found current is not read again for it.
 	Key string
+	// TLS, for a TLS cache, is how its members are dialled (their certificate chained to the
+	// cache's CA), TLSKey names it; nil for a cache without TLS.
+	TLS    *tls.Config
+	TLSKey string
 }
 
 // Of reads the credentials of a cache's live Secret (false: none yet).

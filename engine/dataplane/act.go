@@ -31,7 +31,7 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 	for _, m := range members {
 		byName[m.Name] = m
 	}
-	client := func(m roles.Member) *redis.Client { return c.memberClient(m.IP, cred) }
+	client := func(m roles.Member) *redis.Client { return c.memberClient(m, cred) }
 	logger := klog.FromContext(ctx)
 
 	if act.SwitchTo != "" {

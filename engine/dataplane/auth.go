@@ -21,17 +21,22 @@ const (
 	viaDefaultUser      = 2 // the default user, with the clients' password
 )
 
-// memberClient is the pooled client of the member at ip: as the internal user, or as its fallback.
-func (c *Controller) memberClient(ip string, cred credentials.Credentials) *redis.Client {
-	addr := c.addr(ip)
+// memberClient is the pooled client of member m: as the internal user, or as its fallback; over
+// TLS when the member serves TLS.
+func (c *Controller) memberClient(m roles.Member, cred credentials.Credentials) *redis.Client {
+	addr := c.addr(m.IP)
 	via, _ := c.authFallback.Load(addr)
+	cfg, key := cred.TLS, cred.TLSKey
+	if !m.TLS {
+		cfg, key = nil, ""
+	}
 	switch {
 	case cred.Internal == "" || via == viaDefaultUser:
-		return c.pool.Client(addr, cred.Password)
+		return c.pool.ClientTLS(addr, "", cred.Password, cfg, key)
 	case via == viaPreviousInternal && cred.PreviousInternal != "":
-		return c.pool.ClientAs(addr, api.InternalUser, cred.PreviousInternal)
+		return c.pool.ClientTLS(addr, api.InternalUser, cred.PreviousInternal, cfg, key)
 	}
-	return c.pool.ClientAs(addr, api.InternalUser, cred.Internal)
+	return c.pool.ClientTLS(addr, api.InternalUser, cred.Internal, cfg, key)
 }
 
 // fallBack moves the member at ip to its next fallback after its credentials were refused: the
@@ -75,7 +80,7 @@ func (c *Controller) applyAuth(ctx context.Context, members []roles.Member, mem 
 	all := true
 	mem.authChecked.sweep(members, cred.Key+"/"+rules.Key, fallenBack,
 		func(m *roles.Member) error {
-			return credentials.Sync(ctx, m.Name, c.memberClient(m.IP, cred), cred, rules)
+			return credentials.Sync(ctx, m.Name, c.memberClient(*m, cred), cred, rules)
 		},
 		func(m *roles.Member, err error) {
 			if err != nil {
@@ -90,7 +95,7 @@ func (c *Controller) applyAuth(ctx context.Context, members []roles.Member, mem 
 	}
 	mem.replChecked.sweep(members, cred.Key, func(*roles.Member) bool { return false },
 		func(m *roles.Member) error {
-			return credentials.SyncReplication(ctx, m.Name, c.memberClient(m.IP, cred), cred)
+			return credentials.SyncReplication(ctx, m.Name, c.memberClient(*m, cred), cred)
 		},
 		func(m *roles.Member, err error) {
 			if err != nil {

@@ -65,7 +65,7 @@ func (c *Controller) applyLiveSettings(ctx context.Context, members []roles.Memb
 		mem.liveChecked = memberChecks{}
 	}
 	mem.liveChecked.sweep(members, ls.revision, func(*roles.Member) bool { return false },
-		func(m *roles.Member) error { return c.syncSettings(ctx, m.Name, c.memberClient(m.IP, cred), ls) },
+		func(m *roles.Member) error { return c.syncSettings(ctx, m.Name, c.memberClient(*m, cred), ls) },
 		func(m *roles.Member, err error) {
 			if err != nil {
 				m.ConfigError = err.Error()

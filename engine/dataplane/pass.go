@@ -70,9 +70,13 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	if !ok {
 		return idle("no credentials in the Secret yet") // the reconcile writes them, and the pods wait for them
 	}
+	mem := c.store.mem(key)
+	tlsMaterial, tlsOK := c.tlsOf(ns, name, mem)
+	if tlsOK {
+		cred = withTLS(cred, tlsMaterial)
+	}
 	c.observe(ctx, members, cred)
 
-	mem := c.store.mem(key)
 	live, liveOK := c.liveSettingsOf(ns, name, mem)
 	var rules credentials.Rules
 	if liveOK && live.usersErr == nil {
@@ -81,6 +85,9 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		logger.Info("The ConfigMap's users do not parse; permissions left as they are", "err", live.usersErr)
 	}
 	c.applyAuth(ctx, members, mem, cred, rules)
+	if tlsOK {
+		c.applyCertificates(ctx, members, mem, cred, tlsMaterial)
+	}
 	if liveOK && live.err == nil {
 		c.applyLiveSettings(ctx, members, mem, live, cred)
 	}
@@ -153,6 +160,7 @@ func (c *Controller) memberPods(ns, name string) []roles.Member {
 		}
 		m := roles.Member{
 			Name: p.Name, UID: p.UID, Ordinal: ord, IP: p.IP, Label: p.Labels[api.LabelRole], ReadWrite: p.Labels[api.LabelReadWrite] == "true",
+			TLS:      p.Labels[api.LabelTLS] == "true",
 			Deleting: p.DeletionTimestamp != nil, Revision: p.Labels["controller-revision-hash"],
 			Stopped: !p.Running && p.IP != "", PodReady: p.Ready,
 		}
@@ -187,12 +195,12 @@ func (c *Controller) observe(ctx context.Context, members []roles.Member, cred c
 		wg.Add(1)
 		go func(m *roles.Member) {
 			defer wg.Done()
-			r, err := member.ObserveWith(ctx, c.memberClient(m.IP, cred))
+			r, err := member.ObserveWith(ctx, c.memberClient(*m, cred))
 			for member.IsAuthError(err) && c.fallBack(m.IP, cred) {
 				// A member the current internal password cannot reach yet (an internal
 				// rotation, or a member an older operator started): with the previous one, or
 				// as the clients' default user, until applyAuth has given it the credentials.
-				r, err = member.ObserveWith(ctx, c.memberClient(m.IP, cred))
+				r, err = member.ObserveWith(ctx, c.memberClient(*m, cred))
 			}
 			metrics.MemberObserved(err)
 			if err != nil {

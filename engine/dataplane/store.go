@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"example.com/cache-operator/engine/cachetls"
 	"reflect"
 	"sync"
 	"time"
@@ -26,6 +27,12 @@ type roleMemory struct {
 	authChecked memberChecks
 	// replChecked is, per member, the credentials its replication was last found with or given.
 	replChecked memberChecks
+	// tls is the cache's TLS material as last read from its TLS Secret (at tlsRV); tlsChecked, per
+	// member, the certificate serial last found served.
+	tlsRV      string
+	tls        cachetls.Material
+	tlsOK      bool
+	tlsChecked memberChecks
 	// deposed is, per member, the pod, history and offset at which it was last reported as a
 	// deposed primary: a REPLICAOF that fails and is retried does not count its writes twice.
 	deposed map[string]string

@@ -18,7 +18,7 @@ type Pod struct {
 }
 
 // podLabels are the pod labels a member pass reads.
-var podLabels = []string{api.LabelInstance, api.LabelRole, api.LabelReadWrite, "controller-revision-hash"}
+var podLabels = []string{api.LabelInstance, api.LabelRole, api.LabelReadWrite, api.LabelTLS, "controller-revision-hash"}
 
 // podTransform is the pod informer's transform.
 func podTransform(obj interface{}) (interface{}, error) {

@@ -11,6 +11,7 @@ package member
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strconv"
@@ -81,8 +82,8 @@ type Pool struct {
 }
 
 type pooled struct {
-	c              *redis.Client
-	user, password string
+	c                      *redis.Client
+	user, password, tlsKey string
 }
 
 // NewPool returns an empty pool.
@@ -101,16 +102,22 @@ func (p *Pool) Client(addr, password string) *redis.Client { return p.ClientAs(a
 // ClientAs returns the client of the member at addr (host:port), authenticating as user ("": the
 // default user) with password.
 func (p *Pool) ClientAs(addr, user, password string) *redis.Client {
+	return p.ClientTLS(addr, user, password, nil, "")
+}
+
+// ClientTLS returns the client of the member at addr as user with password, over TLS with cfg
+// (nil: plain text); tlsKey names cfg, so that a client is replaced when it changes.
+func (p *Pool) ClientTLS(addr, user, password string, cfg *tls.Config, tlsKey string) *redis.Client {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if e, ok := p.clients[addr]; ok {
-		if e.user == user && e.password == password {
+		if e.user == user && e.password == password && e.tlsKey == tlsKey {
 			return e.c
 		}
 		_ = e.c.Close()
 	}
 	c := redis.NewClient(&redis.Options{
-		Addr: addr, Username: user, Password: password, ClientName: p.name,
+		Addr: addr, Username: user, Password: password, ClientName: p.name, TLSConfig: cfg,
 		DialTimeout: Timeout, ReadTimeout: Timeout, WriteTimeout: Timeout,
 		MaxRetries: -1, PoolSize: 1, MaxIdleConns: 1, ConnMaxIdleTime: time.Minute,
 		Protocol: 2, DisableIdentity: true,
@@ -121,7 +128,7 @@ func (p *Pool) ClientAs(addr, user, password string) *redis.Client {
 	if p.guard != nil {
 		c.AddHook(guardHook{guard: p.guard})
 	}
-	p.clients[addr] = pooled{c: c, user: user, password: password}
+	p.clients[addr] = pooled{c: c, user: user, password: password, tlsKey: tlsKey}
 	return c
 }
 

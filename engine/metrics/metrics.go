@@ -221,3 +221,22 @@ func Failover(kind string, d time.Duration) {
 	failovers.WithLabelValues(kind).Inc()
 	failoverDuration.WithLabelValues(kind).Observe(d.Seconds())
 }
+
+// certificateExpiry is each TLS cache's members' certificate expiry: one series per TLS cache
+// (namespace, cache), dropped when the cache goes.
+var certificateExpiry = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "cache_operator_certificate_expiry_timestamp_seconds",
+	Help: "When the members' TLS certificate of each TLS cache expires (Unix seconds); renewed with a third of its lifetime left.",
+}, []string{"namespace", "cache"})
+
+func init() { Registry.MustRegister(certificateExpiry) }
+
+// CertificateExpiry records when a TLS cache's members' certificate expires.
+func CertificateExpiry(namespace, cache string, notAfter time.Time) {
+	certificateExpiry.WithLabelValues(namespace, cache).Set(float64(notAfter.Unix()))
+}
+
+// ForgetCache drops a deleted cache's series.
+func ForgetCache(namespace, cache string) {
+	certificateExpiry.DeleteLabelValues(namespace, cache)
+}

@@ -47,6 +47,8 @@ type Values struct {
 	Auth Auth
 	// Keys are the Secret's keys and annotations (engine/api), which the operator reads back.
 	Keys SecretKeys
+	// TLS is the cache's TLS.
+	TLS TLSValues
 }
 
 // Auth is what a cache's Secret holds (see engine/api for the keys).
@@ -70,6 +72,31 @@ type Auth struct {
 	Revision int64
 	// RotatedFor is the rotate-password annotation value the password was generated for.
 	RotatedFor string
+	// TLS is what a TLS cache's Secret holds (engine/cachetls); empty for a cache without TLS.
+	TLS TLSData
+}
+
+// TLSData is a TLS cache's certificates (PEM): the current CA and its key, the CA bundle, the
+// members' certificate and key; and the rotate-certificates annotation value last served.
+type TLSData struct {
+	CACurrent, CAKey, Bundle, Cert, Key string
+	RotatedFor                          string
+}
+
+// TLSValues are what the templates know of a cache's TLS.
+type TLSValues struct {
+	// Enabled is spec.tls.enabled.
+	Enabled bool
+	// SecretName is the TLS Secret's name, CAName the CA ConfigMap's, CAKey the bundle's key in
+	// both; Dir is where members mount the Secret.
+	SecretName, CAName, CAKey, Dir string
+	// Data: the Secret's content.
+	Data TLSData
+	// Keys are its keys.
+	Keys TLSKeys
+	// RotatedForAnnotation is the Secret's annotation for RotatedFor; Label the pods' label
+	// (LabelTLS) that says a member serves TLS.
+	RotatedForAnnotation, Label string
 }
 
 // PasswordHash is the SHA-256 of a password in hex, as ACL GETUSER reports it and as redis.conf
@@ -103,6 +130,11 @@ var secretKeys = SecretKeys{
 	InternalRotatedFor: api.InternalRotatedForAnnotation,
 	InternalUser:       api.InternalUser,
 }
+
+// TLSKeys are the keys of the TLS Secret (engine/cachetls.Keys).
+type TLSKeys struct{ CACurrent, CAKey, Bundle, Cert, Key string }
+
+var tlsKeys = TLSKeys{CACurrent: "ca-current.crt", CAKey: "ca.key", Bundle: api.CAKey, Cert: "tls.crt", Key: "tls.key"}
 
 // Config is what rendering takes from the operator's flags rather than from the ManagedCache.
 type Config struct {
@@ -159,5 +191,8 @@ func NewValues(mc *unstructured.Unstructured, spec api.Spec, cfg Config, auth Au
 		Password:         auth.Password,
 		Auth:             auth,
 		Keys:             secretKeys,
+		TLS: TLSValues{Enabled: spec.TLS, SecretName: api.TLSSecretName(name), CAName: api.CAConfigMapName(name), CAKey: api.CAKey,
+			Dir: "/var/run/cache/tls", Data: auth.TLS, Keys: tlsKeys,
+			RotatedForAnnotation: api.CertificatesRotatedForAnnotation, Label: api.LabelTLS},
 	}
 }

@@ -28,7 +28,9 @@ type Member struct {
 	Label   string // the pod's role label
 	// ReadWrite: the pod has the read-write label (the read-write Service leads to it).
 	ReadWrite bool
-	PodReady  bool
+	// TLS: the member serves TLS only (its pod's api.LabelTLS).
+	TLS      bool
+	PodReady bool
 	// Stopped: the pod's server container is not running (it exited, or waits to restart).
 	Stopped  bool
 	Deleting bool
@@ -42,6 +44,8 @@ type Member struct {
 	// given in this pass (0 if not known); AuthError why it could not be given it.
 	PasswordRevision int64
 	AuthError        string
+	// CertificateError says why a TLS member does not serve its TLS Secret's certificate yet.
+	CertificateError string
 }
 
 func (m Member) IsPrimary() bool { return m.Observed && m.Repl.Role == member.Primary }
