@@ -431,6 +431,7 @@ func statusChanges(old, cur cacheStatus) []string {
 		{"selector", old.Selector == cur.Selector},
 		{"primary", old.Primary == cur.Primary},
 		{"members", reflect.DeepEqual(old.Members, cur.Members)},
+		{"tls", reflect.DeepEqual(old.TLS, cur.TLS)},
 	} {
 		if !f.same {
 			out = append(out, f.name)
