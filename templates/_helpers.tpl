@@ -3,7 +3,10 @@ redis.conf: the settings that take effect when the server starts, written into t
 start. With TLS (spec.tls.enabled) the port serves TLS only (port 0 closes the plain one), from the
 mounted Secret's files, which the operator makes the server reload when they change (CONFIG SET
 tls-cert-file: no restart); clients authenticate with passwords, not certificates
-(tls-auth-clients no); replicas reach their primary over TLS. The password is not here: the container appends it from the Secret at start, so it never
+(tls-auth-clients no); replicas reach their primary over TLS. A cache that had TLS keeps its
+files (.TLS.Mounted) while it serves plain text, and a replica reaches its primary in the
+primary's mode (the operator sets tls-replication live), so that a roll that turns TLS on or off
+keeps every member replicating. The password is not here: the container appends it from the Secret at start, so it never
 appears in the pod spec. The StatefulSet's pod template carries a checksum of this text, so a
 change rolls the pods.
 */}}
@@ -11,13 +14,15 @@ change rolls the pods.
 {{ if .TLS.Enabled -}}
 port 0
 tls-port {{ .Port }}
+{{ else -}}
+port {{ .Port }}
+{{ end -}}
+{{ if .TLS.Mounted -}}
 tls-cert-file {{ .TLS.Dir }}/{{ .TLS.Keys.Cert }}
 tls-key-file {{ .TLS.Dir }}/{{ .TLS.Keys.Key }}
 tls-ca-cert-file {{ .TLS.Dir }}/{{ .TLS.Keys.Bundle }}
 tls-auth-clients no
-tls-replication yes
-{{ else -}}
-port {{ .Port }}
+tls-replication {{ if .TLS.Enabled }}yes{{ else }}no{{ end }}
 {{ end -}}
 bind * -::*
 protected-mode no

@@ -270,11 +270,64 @@ func TestTLSCache(t *testing.T) {
 		t.Errorf("the StatefulSet's revision moved (%v): a rotation must not touch the pod template", err)
 	}
 
-	// Turning TLS off is refused at once, with the reason.
-	off := `{"spec":{"tls":{"enabled":false}}}`
-	_, err = c.Dynamic.Resource(mcV2GVR).Namespace(ns).Patch(ctx, "t", types.MergePatchType, []byte(off), metav1.PatchOptions{})
-	if err == nil || !strings.Contains(err.Error(), "spec.tls.enabled cannot be changed") {
-		t.Errorf("turning TLS off: %v; want it refused", err)
+}
+
+// TestTLSTurnedOnAndOff: TLS turned on for a running size-3 cache under a writer rolls the members
+// (replicas first, the primary handed over to a TLS member by promotion) and loses no acknowledged
+// write; every replica then replicates over TLS and plain text is refused. Turned off again, the
+// cache serves plain text, with no acknowledged write lost either.
+func TestTLSTurnedOnAndOff(t *testing.T) {
+	rc := newRealCache(t, "tlson", "o")
+	c, ns, pw, rw := rc.c, rc.ns, rc.password, rc.addr
+	ctx := context.Background()
+	for _, step := range []struct {
+		name string
+		on   bool
+	}{{"on", true}, {"off", false}} {
+		w := startWriter(t, rw, pw, 2_000_000, 10*time.Minute)
+		w.waitOK(t, time.Now(), time.Minute)
+		start := time.Now()
+		patch := fmt.Sprintf(`{"spec":{"tls":{"enabled":%v}}}`, step.on)
+		if _, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Patch(ctx, "o", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 5*time.Minute, "every member rolled with TLS "+step.name, func() (bool, string, error) {
+			var seen []string
+			all := true
+			for _, p := range memberPods(t, c, ns, "o") {
+				tlsLabel := p.Labels["cache.example.com/tls"] == "true"
+				seen = append(seen, fmt.Sprintf("%s tls=%v ready=%v", p.Name, tlsLabel, framework.PodReady(&p)))
+				all = all && tlsLabel == step.on && framework.PodReady(&p)
+			}
+			return all, strings.Join(seen, "; "), nil
+		})
+		waitWhole(t, c, ns, "o", 3, 3*time.Minute)
+		rolled := time.Since(start)
+		w.halt()
+		var reader *redis.Client
+		if step.on {
+			_, roots := caBundle(t, c, ns, "o")
+			reader = redis.NewClient(&redis.Options{Addr: rw, Password: pw, Protocol: 2, DisableIdentity: true,
+				TLSConfig: &tls.Config{RootCAs: roots, ServerName: "o-rw", MinVersion: tls.VersionTLS12}})
+		} else {
+			reader = newClient(rw, pw)
+		}
+		lost := w.lostWith(t, reader)
+		reader.Close()
+		t.Logf("TLS %s: rolled in %v; %d writes acknowledged, %d lost; longest without an acknowledged write %v",
+			step.name, rolled.Round(100*time.Millisecond), w.ackedCount(), len(lost), w.longestStall(start).Round(10*time.Millisecond))
+		if len(lost) != 0 || w.ackedCount() == 0 {
+			t.Errorf("TLS %s: %d of %d acknowledged writes lost", step.name, len(lost), w.ackedCount())
+		}
+		plain := newClient(rw, pw)
+		err := plain.Ping(ctx).Err()
+		plain.Close()
+		if step.on && err == nil {
+			t.Errorf("TLS on: a plain-text PING through o-rw answered")
+		}
+		if !step.on && err != nil {
+			t.Errorf("TLS off: a plain-text PING through o-rw: %v", err)
+		}
 	}
 }
 

@@ -297,6 +297,14 @@ func (w *writer) last() string {
 // have replaced it).
 func (w *writer) lost(t *testing.T, addr, pw string) []int {
 	t.Helper()
+	cl := newClient(addr, pw)
+	defer cl.Close()
+	return w.lostWith(t, cl)
+}
+
+// lostWith is lost, reading through cl (a TLS client, for instance).
+func (w *writer) lostWith(t *testing.T, cl *redis.Client) []int {
+	t.Helper()
 	w.mu.Lock()
 	acked := make([]int, 0, len(w.acked))
 	for n := range w.acked {
@@ -314,8 +322,6 @@ func (w *writer) lost(t *testing.T, addr, pw string) []int {
 		}
 	}
 	stored := make(map[int]int, len(keys)) // key number -> the write number it holds (absent: none)
-	cl := newClient(addr, pw)
-	defer cl.Close()
 	for i := 0; i < len(keys); i += 500 {
 		batch := keys[i:min(i+500, len(keys))]
 		names := make([]string, len(batch))

@@ -353,13 +353,11 @@ func (c *Controller) auth(mc *unstructured.Unstructured) (credentials.Decision, 
 
 // certificates decides a TLS cache's certificates from its live TLS Secret (cachetls.Decide),
 // records a renewal with an Event and the expiry in the metric, and comes back when the next one
-// is due. A cache without TLS has none (its TLS Secret, if it had one, is left as it is).
+// is due. A cache that had TLS keeps its Secret, renewed likewise, while it serves plain text; a
+// cache that never had TLS has none.
 func (c *Controller) certificates(mc *unstructured.Unstructured, spec api.Spec) (cachetls.Decision, error) {
-	if !spec.TLS {
-		return cachetls.Decision{}, nil
-	}
 	secret, err := c.child(informers.Secret, mc.GetNamespace(), api.TLSSecretName(mc.GetName()))
-	if err != nil {
+	if err != nil || (!spec.TLS && secret == nil) {
 		return cachetls.Decision{}, err
 	}
 	d, err := cachetls.Decide(secret, mc.GetName(), mc.GetNamespace(), c.opts.Render.ClusterDomain,
@@ -370,7 +368,11 @@ func (c *Controller) certificates(mc *unstructured.Unstructured, spec api.Spec) 
 	if d.Renewed && secret != nil {
 		c.recorder.Eventf(mc, corev1.EventTypeNormal, ReasonCertificateRenewed, "Certificate renewed: serial %s, valid until %s", d.Serial, d.NotAfter.UTC().Format(time.RFC3339))
 	}
-	metrics.CertificateExpiry(mc.GetNamespace(), mc.GetName(), d.NotAfter)
+	if spec.TLS {
+		metrics.CertificateExpiry(mc.GetNamespace(), mc.GetName(), d.NotAfter)
+	} else {
+		metrics.ForgetCache(mc.GetNamespace(), mc.GetName())
+	}
 	c.queue.AddAfter(mc.GetNamespace()+"/"+mc.GetName(), time.Until(d.RenewAt)+time.Second)
 	return d, nil
 }

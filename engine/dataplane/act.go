@@ -35,7 +35,7 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 	logger := klog.FromContext(ctx)
 
 	if act.SwitchTo != "" {
-		return true, c.switchover(ctx, mc, byName[act.From], byName[act.SwitchTo], members, client)
+		return true, c.switchover(ctx, mc, byName[act.From], byName[act.SwitchTo], members, client, cred)
 	}
 	acted := false
 	// Fence first: every member labelled primary that is not to be the primary loses the label
@@ -115,7 +115,7 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 			}
 			c.depose(ctx, mc, m, p, client(m), mem)
 		}
-		if err := member.Follow(ctx, client(m), p.IP, api.Port); err != nil {
+		if err := c.follow(ctx, client(m), p, cred); err != nil {
 			logger.Info("Could not point a member at the primary; retrying", "member", name, "err", err)
 			continue
 		}
@@ -175,13 +175,17 @@ func (c *Controller) depose(ctx context.Context, mc *unstructured.Unstructured, 
 // label; then the old primary lets its held writes go (they fail READONLY, and their clients
 // reconnect through the Service), and the others follow target. Until the labels move, new
 // connections through the Service wait on the paused primary rather than find no endpoint.
-func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructured, from, to roles.Member, members []roles.Member, client func(roles.Member) *redis.Client) error {
+//
+// A roll that turns TLS on or off ends with a handover between a member that serves TLS and one
+// that does not, which cannot reach each other as primary and replica: target promotes itself
+// instead (member.Handover with promote), and every other member is told the new primary's mode.
+func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructured, from, to roles.Member, members []roles.Member, client func(roles.Member) *redis.Client, cred credentials.Credentials) error {
 	logger := klog.FromContext(ctx)
 	start := time.Now()
 	c.recorder.Eventf(mc, corev1.EventTypeNormal, "SwitchoverStarted", "Handing the primary role from %s to %s", from.Name, to.Name)
 	logger.Info("Switchover started", "from", from.Name, "to", to.Name)
 	ns := mc.GetNamespace()
-	times, err := member.Handover(ctx, client(from), client(to), to.IP, api.Port, 3*time.Second, 8*time.Second)
+	times, err := member.Handover(ctx, client(from), client(to), to.IP, api.Port, 3*time.Second, 8*time.Second, from.TLS != to.TLS)
 	if err != nil {
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, "SwitchoverFailed", "Handing over from %s to %s failed: %v", from.Name, to.Name, err)
 		return fmt.Errorf("switchover from %s to %s: %w", from.Name, to.Name, err)
@@ -206,7 +210,7 @@ func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructur
 	}
 	for _, m := range members {
 		if m.Name != to.Name && m.Name != from.Name && m.IP != "" {
-			if err := member.Follow(ctx, client(m), to.IP, api.Port); err != nil {
+			if err := c.follow(ctx, client(m), to, cred); err != nil {
 				logger.Info("Could not point a member at the new primary; retrying", "member", m.Name, "err", err)
 			}
 		}
@@ -219,6 +223,17 @@ func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructur
 		return c.clearSwitchover(ctx, mc)
 	}
 	return nil
+}
+
+// follow makes a member a replica of p; in a cache with TLS material, over TLS exactly when p
+// serves TLS (member.ReplicateOverTLS) first.
+func (c *Controller) follow(ctx context.Context, cl *redis.Client, p roles.Member, cred credentials.Credentials) error {
+	if cred.TLS != nil {
+		if _, err := member.ReplicateOverTLS(ctx, cl, p.TLS); err != nil {
+			return err
+		}
+	}
+	return member.Follow(ctx, cl, p.IP, api.Port)
 }
 
 // clearSwitchover removes the switchover annotation once it is done (only if it still names the

@@ -87,6 +87,7 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	c.applyAuth(ctx, members, mem, cred, rules)
 	if tlsOK {
 		c.applyCertificates(ctx, members, mem, cred, tlsMaterial)
+		c.applyReplicationMode(ctx, members, mem, cred)
 	}
 	if liveOK && live.err == nil {
 		c.applyLiveSettings(ctx, members, mem, live, cred)

@@ -33,6 +33,8 @@ type roleMemory struct {
 	tls        cachetls.Material
 	tlsOK      bool
 	tlsChecked memberChecks
+	// modeChecked is, per replica, the primary and mode its replication was last found set for.
+	modeChecked memberChecks
 	// deposed is, per member, the pod, history and offset at which it was last reported as a
 	// deposed primary: a REPLICAOF that fails and is retried does not count its writes twice.
 	deposed map[string]string

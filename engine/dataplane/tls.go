@@ -82,3 +82,30 @@ func (c *Controller) applyCertificates(ctx context.Context, members []roles.Memb
 			}
 		})
 }
+
+// applyReplicationMode makes every replica of a cache with TLS material reach the primary in the
+// primary's mode (TLS or plain text): a member that starts follows the read-write Service in its
+// own mode, which is the primary's except in a roll that turns TLS on or off. A replica is checked
+// when the primary or its mode changed, while its link is down, and every liveRecheck.
+func (c *Controller) applyReplicationMode(ctx context.Context, members []roles.Member, mem *roleMemory, cred credentials.Credentials) {
+	p := roles.HealthyPrimary(members)
+	if p == nil || cred.TLS == nil {
+		return
+	}
+	if mem.modeChecked == nil {
+		mem.modeChecked = memberChecks{}
+	}
+	key := fmt.Sprintf("%s/%v", p.Name, p.TLS)
+	mem.modeChecked.sweep(members, key, func(m *roles.Member) bool { return !m.Repl.LinkUp },
+		func(m *roles.Member) error {
+			if m.Name == p.Name || m.IsPrimary() {
+				return nil
+			}
+			changed, err := member.ReplicateOverTLS(ctx, c.memberClient(*m, cred), p.TLS)
+			if changed {
+				klog.FromContext(ctx).Info("Replica set to reach its primary in the primary's mode", "member", m.Name, "primary", p.Name, "tls", p.TLS)
+			}
+			return err
+		},
+		func(*roles.Member, error) {})
+}

@@ -50,7 +50,7 @@ func TestGuardedPoolRefusesChangesOnRealServers(t *testing.T) {
 		"FAILOVER":       forceFailover(ctx, c, host, portN),
 		"CLIENT UNPAUSE": Unpause(ctx, c),
 		"handover": func() error {
-			_, err := Handover(ctx, c, c, host, portN, time.Second, time.Second)
+			_, err := Handover(ctx, c, c, host, portN, time.Second, time.Second, false)
 			return err
 		}(),
 	}

@@ -41,7 +41,14 @@ type HandoverTimes struct {
 //  5. target polled until it answers master.
 //
 // On an error the handover is aborted and the primary's writes resume.
-func Handover(ctx context.Context, primary, target *redis.Client, host string, port int, catchUp, hold time.Duration) (HandoverTimes, error) {
+//
+// With promote set (the primary cannot reach target as its replica: they serve TLS and plain
+// text, in a roll that turns TLS on or off), step 4 is instead: target promotes itself (REPLICAOF
+// NO ONE; the primary still holds every write, and target has them all), then the primary is made
+// a replica of target (REPLICAOF host port), so that its held writes fail READONLY. Should that
+// fail, the primary stays paused until the pause ends, and its fence (min-replicas-to-write, no
+// replica following it) refuses writes after it; the next member pass deposes it.
+func Handover(ctx context.Context, primary, target *redis.Client, host string, port int, catchUp, hold time.Duration, promote bool) (HandoverTimes, error) {
 	var times HandoverTimes
 	start := time.Now() // no later than the pause begins on the server
 	if err := PauseWrites(ctx, primary, hold); err != nil {
@@ -73,6 +80,17 @@ func Handover(ctx context.Context, primary, target *redis.Client, host string, p
 	// read would not be on target, and FORCE would drop them.
 	if left := hold - time.Since(start); left < 2*Timeout {
 		return fail(fmt.Errorf("the catch-up took %v of the %v pause; handing over now could lose writes", times.CaughtUp, hold))
+	}
+	if promote {
+		if err := Promote(ctx, target); err != nil {
+			return fail(err)
+		}
+		if err := Follow(ctx, primary, host, port); err != nil {
+			// Not resumed: target is the primary now (see above).
+			return times, fmt.Errorf("member %s promoted, but the old primary could not be made its replica: %w", target.Options().Addr, err)
+		}
+		times.Promoted = time.Since(start)
+		return times, nil
 	}
 	if err := forceFailover(ctx, primary, host, port); err != nil {
 		return fail(err)

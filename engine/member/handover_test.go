@@ -167,7 +167,7 @@ func TestHandoverOnRealServers(t *testing.T) {
 	cut := w.count()
 	eventually(t, "100 writes that b has not had", func() (bool, string) { return w.count() >= cut+100, fmt.Sprint(w.count()-cut, " ", w.err) })
 	before := w.count()
-	times, err := Handover(ctx, ca, cb, bHost, bPort, 3*time.Second, 6*time.Second)
+	times, err := Handover(ctx, ca, cb, bHost, bPort, 3*time.Second, 6*time.Second, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestHandoverRefusedResumesThePrimary(t *testing.T) {
 	pool := NewPool()
 	defer pool.Close()
 	ca, co := pool.Client(a, pw), pool.Client(other, pw)
-	if _, err := Handover(ctx, ca, co, oHost, oPort, 200*time.Millisecond, 10*time.Second); err == nil {
+	if _, err := Handover(ctx, ca, co, oHost, oPort, 200*time.Millisecond, 10*time.Second, false); err == nil {
 		t.Fatal("a handover to a member that follows nobody succeeded")
 	} else {
 		t.Logf("refused: %v", err)
@@ -231,7 +231,7 @@ func TestHandoverRefusedWhenThePauseRunsShort(t *testing.T) {
 	const pw = "test-password-0815"
 	p := replicaPair(t, pw)
 	ca, cb, bHost, bPort := p.ca, p.cb, p.bHost, p.bPort
-	_, err := Handover(ctx, ca, cb, bHost, bPort, 3*time.Second, 2*Timeout)
+	_, err := Handover(ctx, ca, cb, bHost, bPort, 3*time.Second, 2*Timeout, false)
 	if err == nil || !strings.Contains(err.Error(), "could lose writes") {
 		t.Fatalf("a handover with a %v pause: %v; want it refused", 2*Timeout, err)
 	}
@@ -245,4 +245,41 @@ func TestHandoverRefusedWhenThePauseRunsShort(t *testing.T) {
 	if err := ca.Set(wctx, "k", "v", 0).Err(); err != nil {
 		t.Fatalf("writing to a after the refused handover: %v", err)
 	}
+}
+
+// TestHandoverByPromotion: the handover of a roll that turns TLS on or off (the old primary could
+// not reach the target as a replica): the target promotes itself while the primary holds its
+// writes, the primary follows it, and every acknowledged write is on the new primary.
+func TestHandoverByPromotion(t *testing.T) {
+	ctx := context.Background()
+	const pw = "handover-promote"
+	p := replicaPair(t, pw)
+	ca, cb, bHost, bPort := p.ca, p.cb, p.bHost, p.bPort
+	w := startAckWriter(p.a, pw)
+	defer func() { close(w.stop); <-w.done }()
+	eventually(t, "the writer's first 500 writes", func() (bool, string) { return w.count() >= 500, fmt.Sprint(w.count(), " ", w.err) })
+	times, err := Handover(ctx, ca, cb, bHost, bPort, 3*time.Second, 6*time.Second, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := ObserveWith(ctx, cb)
+	if err != nil || rb.Role != Primary {
+		t.Fatalf("target after the handover: %+v %v; want the primary", rb, err)
+	}
+	ra, err := ObserveWith(ctx, ca)
+	if err != nil || ra.Role != Replica || ra.PrimaryPort != bPort {
+		t.Fatalf("old primary after the handover: %+v %v; want a replica of b", ra, err)
+	}
+	if err := Unpause(ctx, ca); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the writer's held write to fail READONLY", func() (bool, string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.err != nil && strings.Contains(w.err.Error(), "READONLY"), fmt.Sprint(w.err)
+	})
+	if lost := w.missing(t, cb); len(lost) > 0 {
+		t.Fatalf("%d of %d acknowledged writes missing on the new primary, e.g. %v", len(lost), w.count(), lost[:min(5, len(lost))])
+	}
+	t.Logf("handover by promotion: caught up after %v, promoted after %v; all %d acknowledged writes on the new primary", times.CaughtUp, times.Promoted, w.count())
 }

@@ -120,7 +120,7 @@ func TestRoleChangesOnRealServers(t *testing.T) {
 			fmt.Sprintf("%+v %v; primary %+v %v", r, err, p, errP)
 	})
 
-	if _, err := Handover(ctx, ca, cb, bHost, bPort, 5*time.Second, 10*time.Second); err != nil {
+	if _, err := Handover(ctx, ca, cb, bHost, bPort, 5*time.Second, 10*time.Second, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := Unpause(ctx, ca); err != nil {

@@ -64,3 +64,26 @@ func otherSpelling(path string) string {
 	}
 	return dir + "./" + file
 }
+
+// ReplicateOverTLS makes a member reach its primary over TLS or in plain text (CONFIG SET
+// tls-replication), if it does not already: a replica follows its primary's mode. A member without
+// TLS files cannot reach a TLS primary (the server refuses the setting).
+func ReplicateOverTLS(ctx context.Context, c *redis.Client, on bool) (changed bool, err error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	want := "no"
+	if on {
+		want = "yes"
+	}
+	have, err := c.ConfigGet(ctx, "tls-replication").Result()
+	if err != nil {
+		return false, fmt.Errorf("member %s: CONFIG GET tls-replication: %w", c.Options().Addr, err)
+	}
+	if have["tls-replication"] == want {
+		return false, nil
+	}
+	if err := c.ConfigSet(ctx, "tls-replication", want).Err(); err != nil {
+		return false, fmt.Errorf("member %s: CONFIG SET tls-replication %s: %w", c.Options().Addr, want, err)
+	}
+	return true, nil
+}

@@ -85,8 +85,10 @@ type TLSData struct {
 
 // TLSValues are what the templates know of a cache's TLS.
 type TLSValues struct {
-	// Enabled is spec.tls.enabled.
-	Enabled bool
+	// Enabled is spec.tls.enabled. Mounted: the members have the TLS Secret's files (TLS is on,
+	// or was: a cache keeps its TLS Secret, so that a roll that turns TLS off can still reach a
+	// TLS primary).
+	Enabled, Mounted bool
 	// SecretName is the TLS Secret's name, CAName the CA ConfigMap's, CAKey the bundle's key in
 	// both; Dir is where members mount the Secret.
 	SecretName, CAName, CAKey, Dir string
@@ -191,7 +193,7 @@ func NewValues(mc *unstructured.Unstructured, spec api.Spec, cfg Config, auth Au
 		Password:         auth.Password,
 		Auth:             auth,
 		Keys:             secretKeys,
-		TLS: TLSValues{Enabled: spec.TLS, SecretName: api.TLSSecretName(name), CAName: api.CAConfigMapName(name), CAKey: api.CAKey,
+		TLS: TLSValues{Enabled: spec.TLS, Mounted: spec.TLS || auth.TLS.Cert != "", SecretName: api.TLSSecretName(name), CAName: api.CAConfigMapName(name), CAKey: api.CAKey,
 			Dir: "/var/run/cache/tls", Data: auth.TLS, Keys: tlsKeys,
 			RotatedForAnnotation: api.CertificatesRotatedForAnnotation, Label: api.LabelTLS},
 	}
