@@ -257,6 +257,7 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 
 	// A healthy primary: degraded members, a switchover, a roll.
 	whole := true
+	var lagging []Member // replicas that answer but are not in sync
 	for _, m := range v.Members {
 		switch {
 		case m.Name == act.Primary:
@@ -267,10 +268,20 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 			}
 		case !m.Repl.LinkUp || !m.PodReady:
 			whole = false
+			lagging = append(lagging, m)
 			if act.Degraded == "" {
 				act.Degraded, act.DegradedMessage = ReasonReplicaNotInSync, fmt.Sprintf("replica %s is not in sync with %s", m.Name, act.Primary)
 			}
 		}
+	}
+	if p := byName[act.Primary]; !whole && len(act.Follow) == 0 && len(act.Labels) == 0 && len(lagging) == 1 && v.UpdateRevision != "" &&
+		lagging[0].Revision != v.UpdateRevision && lagging[0].TLS != p.TLS && !lagging[0].Deleting && lagging[0].Ordinal < v.Replicas {
+		// The one member out of sync is still on the old revision and serves in the other mode
+		// (TLS or plain text) than the primary, every other member is whole: it is rolled now,
+		// not waited for. It may never sync: the old primary after the handover of a roll that
+		// turned TLS on, which has no TLS files to reach the new primary with.
+		act.Delete = lagging[0].Name
+		return act
 	}
 	// Whole also means every wanted member has a pod that is not going away: a replica deleted to
 	// roll it and not yet made anew must not let the roll take the next one (or, with every

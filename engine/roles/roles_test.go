@@ -133,6 +133,13 @@ func TestDecideRoles(t *testing.T) {
 		{name: "roll waits while a replica is out of sync",
 			members:  []Member{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 0, 0, false))},
 			revision: "r2", wantPrim: "c-0", labels: map[string]string{}, degraded: ReasonReplicaNotInSync},
+		{name: "roll: the old primary, out of sync in the other TLS mode, is rolled without waiting",
+			members: func() []Member {
+				a, b, c := m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 0, 0, false))
+				a.TLS, b.TLS, a.Revision, b.Revision = true, true, "r2", "r2"
+				return []Member{a, b, c}
+			}(),
+			revision: "r2", wantPrim: "c-0", del: "c-2", labels: map[string]string{}, degraded: ReasonReplicaNotInSync},
 		{name: "roll: only the primary left: hand over to an updated replica",
 			members: func() []Member {
 				a, b := m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true))
