@@ -49,8 +49,13 @@ func startWriterWith(t *testing.T, addr, pw, prefix string, reconnect bool, maxW
 
 // startWriterKeys starts a writer on a key space of keys keys (0: a new key for every write).
 func startWriterKeys(t *testing.T, addr, pw, prefix string, reconnect bool, keys, maxWrites int, maxTime time.Duration) *writer {
+	return startWriterDial(t, func() *redis.Client { return newClient(addr, pw) }, prefix, reconnect, keys, maxWrites, maxTime)
+}
+
+// startWriterDial starts a writer whose clients dial (a TLS client, for instance).
+func startWriterDial(t *testing.T, dial func() *redis.Client, prefix string, reconnect bool, keys, maxWrites int, maxTime time.Duration) *writer {
 	w := &writer{acked: map[int]time.Time{}, stop: make(chan struct{}), done: make(chan struct{}), prefix: prefix, keys: keys}
-	w.current = newClient(addr, pw)
+	w.current = dial()
 	go func() {
 		defer close(w.done)
 		defer func() { w.client().Close() }()
@@ -74,7 +79,7 @@ func startWriterKeys(t *testing.T, addr, pw, prefix string, reconnect bool, keys
 				ev.err = err.Error()
 				if reconnect {
 					w.current.Close()
-					w.current = newClient(addr, pw)
+					w.current = dial()
 				}
 			} else {
 				w.acked[n] = now
