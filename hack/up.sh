@@ -120,7 +120,8 @@ cat <<MSG
 The cache is Ready. Next:
   export KUBECONFIG=$DEV_KUBECONFIG
   bin/cluster/kubectl get managedcache,statefulset,service,secret,pdb -n shop
-  bin/cluster/kubectl exec -n shop sessions-0 -- redis-cli --user internal ping  # a real redis-server
+  bin/cluster/kubectl exec -n shop sessions-0 -- sh -c \
+    'REDISCLI_AUTH=\$(cat /var/run/cache/internal/internal-password) redis-cli --user internal ping'  # a real redis-server
   bin/cluster/kubectl scale managedcache/sessions -n shop --replicas=5
   tail -f $log          # the operator's log
   curl -s 127.0.0.1:8080/metrics | grep ^cache_operator   # its metrics
