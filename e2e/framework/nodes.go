@@ -162,7 +162,16 @@ func (c *Cluster) setLink(t testing.TB, pod *corev1.Pod, state string) {
 // Exec runs a command in a pod's container through the API server and the node's kubelet API
 // (kubectl exec) and returns its standard output.
 func (c *Cluster) Exec(ctx context.Context, ns, pod, container string, command ...string) (string, error) {
+	return c.ExecInput(ctx, ns, pod, container, "", command...)
+}
+
+// ExecInput is Exec with stdin given to the command (kubectl exec -i): a secret a command needs
+// goes there, never on its command line (which the API server's audit log records).
+func (c *Cluster) ExecInput(ctx context.Context, ns, pod, container, stdin string, command ...string) (string, error) {
 	args := []string{"exec", "-n", ns, pod}
+	if stdin != "" {
+		args = append(args, "-i")
+	}
 	if container != "" {
 		args = append(args, "-c", container)
 	}
@@ -170,6 +179,9 @@ func (c *Cluster) Exec(ctx context.Context, ns, pod, container string, command .
 	cmd := c.KubectlCmd(ctx, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
 	if err := cmd.Run(); err != nil {
 		return out.String(), fmt.Errorf("kubectl exec %s/%s -- %s: %w: %s", ns, pod, strings.Join(command, " "), err, errOut.String())
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"example.com/cache-operator/e2e/framework"
 )
 
@@ -47,7 +49,10 @@ func assertOnePrimary(t *testing.T, c *framework.Cluster, ns, cache, pw, step st
 			continue
 		}
 		if role, err := roleOf(p.Status.PodIP, pw); err == nil && role == "master" {
-			if isFenced(net.JoinHostPort(p.Status.PodIP, "6379"), pw) {
+			ic := internalClient(t, c, ns, cache, p.Status.PodIP)
+			held := isFenced(ic)
+			ic.Close()
+			if held {
 				name := p.Name
 				if p.Labels[roleLabel] == "primary" {
 					name += " (the labelled primary, its replicas not yet in sync)"
@@ -66,11 +71,10 @@ func assertOnePrimary(t *testing.T, c *framework.Cluster, ns, cache, pw, step st
 	}
 }
 
-// isFenced reports whether the master at addr refuses writes for want of replicas in sync
-// (min_slaves_good_slaves below min-replicas-to-write).
-func isFenced(addr, pw string) bool {
-	cl := newClient(addr, pw)
-	defer cl.Close()
+// isFenced reports whether the master cl reaches refuses writes for want of replicas in sync
+// (min_slaves_good_slaves below min-replicas-to-write). cl must be allowed CONFIG GET: on a
+// member, the internal user (the clients' user gets NOPERM).
+func isFenced(cl *redis.Client) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	cfg, err := cl.ConfigGet(ctx, "min-replicas-to-write").Result()

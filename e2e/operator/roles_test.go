@@ -162,9 +162,10 @@ func TestRoutingThroughServices(t *testing.T) {
 			t.Errorf("size %d: from this machine %d READONLY, %d failed (first: %v), counter %d (%v); want 0, 0, 10000", n, readonly, failed, firstErr, got, err)
 		}
 
-		// From a pod (a member's container has redis-cli): 200 connections of 50 INCRs.
-		script := fmt.Sprintf(`for i in $(seq 200); do redis-cli --no-auth-warning --user internal -h %s-rw -r 50 incr pod-writes; done | grep -c READONLY; redis-cli --no-auth-warning --user internal -h %s-rw get pod-writes`, name, name)
-		out, err = c.Exec(ctx, ns, name+"-0", "redis", "sh", "-c", script)
+		// From a pod (a member's container has redis-cli): 200 connections of 50 INCRs, as the
+		// clients' user (the internal user has no key); the password on standard input.
+		script := fmt.Sprintf(`read -r REDISCLI_AUTH; export REDISCLI_AUTH; for i in $(seq 200); do redis-cli --no-auth-warning -h %s-rw -r 50 incr pod-writes; done | grep -c READONLY; redis-cli --no-auth-warning -h %s-rw get pod-writes`, name, name)
+		out, err = c.ExecInput(ctx, ns, name+"-0", "redis", pw+"\n", "sh", "-c", script)
 		lines := strings.Fields(out)
 		t.Logf("size %d: 10,000 writes from pod %s-0 through %s-rw: READONLY count and counter: %v", n, name, name, lines)
 		if len(lines) != 2 || lines[0] != "0" || lines[1] != "10000" {

@@ -138,7 +138,10 @@ func TestEvictionOnRealNodes(t *testing.T) {
 				DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, MaxRetries: -1, PoolSize: 1,
 				Protocol: 2, DisableIdentity: true})
 			defer cl.Close()
-			got, err := configGet(ctx, cl, "maxmemory")
+			// CONFIG is the internal user's (the clients' user gets NOPERM).
+			ic := internalClient(t, c, ns, tc.name, clusterIP(t, c, ns, tc.name+"-rw"))
+			defer ic.Close()
+			got, err := configGet(ctx, ic, "maxmemory")
 			if err != nil || got != strconv.FormatInt(tc.maxmemory, 10) {
 				t.Fatalf("maxmemory %q (%v); want %d", got, err, tc.maxmemory)
 			}
@@ -214,7 +217,7 @@ func TestEvictionOnRealNodes(t *testing.T) {
 func TestLiveSettingsChange(t *testing.T) {
 	ctx := context.Background()
 	rc := newRealCache(t, "live", "l")
-	c, ns, pw := rc.c, rc.ns, rc.password
+	c, ns := rc.c, rc.ns
 	before := restartsByPod(memberPods(t, c, ns, "l"))
 	sts, err := c.Kube.AppsV1().StatefulSets(ns).Get(ctx, "l", metav1.GetOptions{})
 	if err != nil {
@@ -231,7 +234,7 @@ func TestLiveSettingsChange(t *testing.T) {
 		var seen []string
 		done := true
 		for _, p := range memberPods(t, c, ns, "l") {
-			cl := newClient(net.JoinHostPort(p.Status.PodIP, "6379"), pw)
+			cl := internalClient(t, c, ns, "l", p.Status.PodIP)
 			policy, err1 := configGet(ctx, cl, "maxmemory-policy")
 			maxmemory, err2 := configGet(ctx, cl, "maxmemory")
 			cl.Close()

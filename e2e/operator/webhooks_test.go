@@ -141,6 +141,7 @@ spec:
 		"eviction":  map[string]interface{}{"policy": "allkeys-lru", "maxMemory": "768Mi"},
 		"resources": map[string]interface{}{"limits": map[string]interface{}{"memory": "1Gi"}},
 		"failover":  map[string]interface{}{"delaySeconds": int64(3), "maxLagSeconds": int64(5)}, // the CRD's defaults
+		"tls":       map[string]interface{}{"enabled": false},                                    // likewise
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("after a v1 write, v2 spec is\n%v\nwant\n%v", got, want)

@@ -48,13 +48,13 @@ func TestIsFencedOnALocalServer(t *testing.T) {
 	cl := newClient(addr, pw)
 	defer cl.Close()
 	ctx := context.Background()
-	if isFenced(addr, pw) {
+	if isFenced(cl) {
 		t.Error("fenced with min-replicas-to-write 0")
 	}
 	if err := cl.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if !isFenced(addr, pw) {
+	if !isFenced(cl) {
 		t.Error("not fenced with min-replicas-to-write 1 and no replica")
 	}
 	if err := cl.Set(ctx, "k", 1, 0).Err(); err == nil || !strings.Contains(err.Error(), "NOREPLICAS") {
