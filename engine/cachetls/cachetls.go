@@ -107,6 +107,8 @@ type Material struct {
 	Serial string
 	// Key digests them, so that a pooled client is replaced when they change.
 	Key string
+	// Client is ClientConfig(nil), made once.
+	Client *tls.Config
 }
 
 // MaterialOf reads a cache's TLS Secret (false: none, or no CA in it).
@@ -131,6 +133,7 @@ func MaterialOf(secret *unstructured.Unstructured) (Material, bool) {
 	h := fnv.New64a()
 	_, _ = h.Write(bundle)
 	m.Key = strconv.FormatUint(h.Sum64(), 16)
+	m.Client = m.ClientConfig(nil)
 	return m, true
 }
 

@@ -38,14 +38,14 @@ func (c *Controller) tlsOf(ns, name string, mem *roleMemory) (cachetls.Material,
 
 // withTLS is cred with the cache's TLS material, for dialling its TLS members.
 func withTLS(cred credentials.Credentials, m cachetls.Material) credentials.Credentials {
-	cred.TLS, cred.TLSKey = m.ClientConfig(nil), m.Key
+	cred.TLS, cred.TLSKey = m.Client, m.Key
 	return cred
 }
 
 // applyCertificates makes every TLS member that answered serve the Secret's certificate. A member
 // is checked when the serial or the member changed since its last check, and every liveRecheck.
-// It sets each member's CertificateError while it does not (the kubelet has not yet updated its
-// volume: it is tried again at the next pass).
+// A member that does not yet (the kubelet has not updated its volume) is tried again at the next
+// pass, and logged at verbosity 2 meanwhile.
 func (c *Controller) applyCertificates(ctx context.Context, members []roles.Member, mem *roleMemory, cred credentials.Credentials, m cachetls.Material) {
 	if m.Serial == "" {
 		return
@@ -59,7 +59,7 @@ func (c *Controller) applyCertificates(ctx context.Context, members []roles.Memb
 				return nil
 			}
 			addr := c.addr(mb.IP)
-			cfg := m.ClientConfig(nil)
+			cfg := m.Client
 			served, err := member.ServedSerial(ctx, addr, cfg)
 			if err != nil || served == m.Serial {
 				return err
@@ -78,7 +78,7 @@ func (c *Controller) applyCertificates(ctx context.Context, members []roles.Memb
 		},
 		func(mb *roles.Member, err error) {
 			if err != nil {
-				mb.CertificateError = err.Error()
+				klog.FromContext(ctx).V(2).Info("Member does not serve the TLS Secret's certificate yet", "member", mb.Name, "err", err)
 			}
 		})
 }

@@ -58,13 +58,6 @@ func GetUser(ctx context.Context, c *redis.Client, user string) (u User, found b
 	return u, true, nil
 }
 
-// UserPasswords returns the SHA-256 hashes (hex, sorted) of the passwords of a server user, as ACL
-// GETUSER reports them; found is false when the server has no such user.
-func UserPasswords(ctx context.Context, c *redis.Client, user string) (hashes []string, found bool, err error) {
-	u, found, err := GetUser(ctx, c, user)
-	return u.Passwords, found, err
-}
-
 // replyFields reads a map reply: a RESP3 map, or a RESP2 array of names and values.
 func replyFields(reply interface{}) (map[string]interface{}, error) {
 	switch r := reply.(type) {
@@ -100,21 +93,6 @@ func SetUser(ctx context.Context, c *redis.Client, user string, passwords []stri
 		args = append(args, r)
 	}
 	return setUser(ctx, c, user, args)
-}
-
-// SetUserPasswordHashes makes hashes (SHA-256, hex) the only passwords of user, which is on with
-// every permission (a test's or an older operator's user).
-func SetUserPasswordHashes(ctx context.Context, c *redis.Client, user string, hashes []string) error {
-	pw := make([]string, len(hashes))
-	for i, h := range hashes {
-		pw[i] = "#" + h
-	}
-	return SetUser(ctx, c, user, pw, "~* &* +@all")
-}
-
-// SetUserPassword makes password the only password of user, which is on with every permission.
-func SetUserPassword(ctx context.Context, c *redis.Client, user, password string) error {
-	return SetUser(ctx, c, user, []string{">" + password}, "~* &* +@all")
 }
 
 // setUser runs an ACL SETUSER. Its error names the command and the user only: the server's

@@ -35,17 +35,17 @@ func TestAuthOnRealServers(t *testing.T) {
 	defer p.Close()
 	for _, addr := range []string{primary, replica} {
 		c := p.Client(addr, old)
-		if _, found, err := UserPasswords(ctx, c, "internal"); err != nil || found {
+		if _, found, err := GetUser(ctx, c, "internal"); err != nil || found {
 			t.Fatalf("%s: internal user before: found %v, %v", addr, found, err)
 		}
-		if err := SetUserPassword(ctx, c, "internal", internal); err != nil {
+		if err := SetUser(ctx, c, "internal", []string{">" + internal}, "~* &* +@all"); err != nil {
 			t.Fatal(err)
 		}
-		if h, found, err := UserPasswords(ctx, c, "internal"); err != nil || !found || !slices.Equal(h, []string{sha(internal)}) {
-			t.Fatalf("%s: internal user: %v %v %v", addr, h, found, err)
+		if u, found, err := GetUser(ctx, c, "internal"); err != nil || !found || !slices.Equal(u.Passwords, []string{sha(internal)}) {
+			t.Fatalf("%s: internal user: %v %v %v", addr, u.Passwords, found, err)
 		}
-		if h, _, err := UserPasswords(ctx, c, "default"); err != nil || !slices.Equal(h, []string{sha(old)}) {
-			t.Fatalf("%s: default user: %v %v", addr, h, err)
+		if u, _, err := GetUser(ctx, c, "default"); err != nil || !slices.Equal(u.Passwords, []string{sha(old)}) {
+			t.Fatalf("%s: default user: %v %v", addr, u.Passwords, err)
 		}
 	}
 	// Replication as the internal user; the link is made anew with it.
@@ -65,7 +65,7 @@ func TestAuthOnRealServers(t *testing.T) {
 	both := []string{sha(old), sha(next)}
 	slices.Sort(both)
 	for _, addr := range []string{primary, replica} {
-		if err := SetUserPasswordHashes(ctx, p.ClientAs(addr, "internal", internal), "default", both); err != nil {
+		if err := SetUser(ctx, p.ClientAs(addr, "internal", internal), "default", []string{"#" + both[0], "#" + both[1]}, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -75,7 +75,7 @@ func TestAuthOnRealServers(t *testing.T) {
 		}
 	}
 	for _, addr := range []string{primary, replica} {
-		if err := SetUserPasswordHashes(ctx, p.ClientAs(addr, "internal", internal), "default", []string{sha(next)}); err != nil {
+		if err := SetUser(ctx, p.ClientAs(addr, "internal", internal), "default", []string{"#" + sha(next)}, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -176,21 +176,7 @@ func TestHandoverOnRealServers(t *testing.T) {
 	}
 	t.Logf("handover to a replica that was asleep: caught up after %v, promoted after %v; %d writes acknowledged during the catch-up",
 		times.CaughtUp, times.Promoted, w.count()-before)
-	ra, err := ObserveWith(ctx, ca)
-	if err != nil || ra.Role != Replica || ra.PrimaryPort != bPort {
-		t.Fatalf("old primary after the handover: %+v %v; want a replica of b", ra, err)
-	}
-	if err := Unpause(ctx, ca); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the writer's held write to fail READONLY", func() (bool, string) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.err != nil && strings.Contains(w.err.Error(), "READONLY"), fmt.Sprint(w.err)
-	})
-	if lost := w.missing(t, cb); len(lost) > 0 {
-		t.Fatalf("%d of %d acknowledged writes missing on the new primary, e.g. %v", len(lost), w.count(), lost[:min(5, len(lost))])
-	}
+	assertHandedOver(t, w, ca, cb, bPort)
 	t.Logf("all %d acknowledged writes on the new primary", w.count())
 	if err := cb.Set(ctx, "after", "v", 0).Err(); err != nil {
 		t.Fatalf("writing to the new primary: %v", err)
@@ -266,6 +252,16 @@ func TestHandoverByPromotion(t *testing.T) {
 	if err != nil || rb.Role != Primary {
 		t.Fatalf("target after the handover: %+v %v; want the primary", rb, err)
 	}
+	assertHandedOver(t, w, ca, cb, bPort)
+	t.Logf("handover by promotion: caught up after %v, promoted after %v; all %d acknowledged writes on the new primary", times.CaughtUp, times.Promoted, w.count())
+}
+
+// assertHandedOver checks the end of a handover from ca to cb (at port bPort): the old primary is
+// a replica of cb; once unpaused, the writer's held write fails READONLY; every write it had
+// acknowledged is on cb.
+func assertHandedOver(t *testing.T, w *ackWriter, ca, cb *redis.Client, bPort int) {
+	t.Helper()
+	ctx := context.Background()
 	ra, err := ObserveWith(ctx, ca)
 	if err != nil || ra.Role != Replica || ra.PrimaryPort != bPort {
 		t.Fatalf("old primary after the handover: %+v %v; want a replica of b", ra, err)
@@ -281,5 +277,4 @@ func TestHandoverByPromotion(t *testing.T) {
 	if lost := w.missing(t, cb); len(lost) > 0 {
 		t.Fatalf("%d of %d acknowledged writes missing on the new primary, e.g. %v", len(lost), w.count(), lost[:min(5, len(lost))])
 	}
-	t.Logf("handover by promotion: caught up after %v, promoted after %v; all %d acknowledged writes on the new primary", times.CaughtUp, times.Promoted, w.count())
 }

@@ -44,8 +44,6 @@ type Member struct {
 	// given in this pass (0 if not known); AuthError why it could not be given it.
 	PasswordRevision int64
 	AuthError        string
-	// CertificateError says why a TLS member does not serve its TLS Secret's certificate yet.
-	CertificateError string
 }
 
 func (m Member) IsPrimary() bool { return m.Observed && m.Repl.Role == member.Primary }
