@@ -34,6 +34,36 @@ type Spec struct {
 	// TLS is spec.tls.enabled: members serve TLS only, replicate over TLS, and the operator
 	// issues their certificates.
 	TLS bool
+	// Backup is spec.backup (nil: no backups).
+	Backup *Backup
+	// Restore is spec.restore (nil: the cache starts empty).
+	Restore *Restore
+}
+
+// Backup is spec.backup: where a cache's backups go, when, and how many stay.
+type Backup struct {
+	// StoreSecret names the Secret with the store's endpoint, bucket and keys.
+	StoreSecret string
+	// Schedule is a cron expression ("" : on demand only).
+	Schedule string
+	// Keep is how many completed backups remain.
+	Keep int64
+	// OnDelete is BackupDelete or BackupRetain.
+	OnDelete string
+}
+
+// What happens to a cache's backups in the bucket when the cache is deleted (spec.backup.onDelete).
+const (
+	BackupDelete = "Delete"
+	BackupRetain = "Retain"
+)
+
+// Restore is spec.restore: a ManagedCacheBackup, or an object in a store.
+type Restore struct {
+	// Backup names a ManagedCacheBackup in the cache's namespace ("" : StoreSecret and Path).
+	Backup string
+	// StoreSecret and Path: the store's Secret and the object's key.
+	StoreSecret, Path string
 }
 
 // Fence bounds what a primary cut off from its replicas can acknowledge (min-replicas-to-write,
@@ -189,6 +219,12 @@ func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
 			return s, fmt.Errorf("spec.tls.enabled: must be true or false, got %v", v)
 		}
 	}
+	if s.Backup, err = backupFrom(spec); err != nil {
+		return s, err
+	}
+	if s.Restore, err = restoreFrom(spec); err != nil {
+		return s, err
+	}
 	failover, _ := spec["failover"].(map[string]interface{})
 	if s.Fence, err = fenceFor(failover, s.Replicas); err != nil {
 		return s, err
@@ -226,6 +262,50 @@ func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
 		s.Eviction.MaxMemoryBytes, s.Eviction.MaxMemorySource = maxMemoryFor(s)
 	}
 	return s, nil
+}
+
+// backupFrom reads spec.backup (the CRD has defaulted keep and onDelete).
+func backupFrom(spec map[string]interface{}) (*Backup, error) {
+	raw, ok := spec["backup"].(map[string]interface{})
+	if !ok {
+		return nil, nil
+	}
+	b := &Backup{Keep: 7, OnDelete: BackupRetain}
+	b.StoreSecret, _, _ = unstructured.NestedString(raw, "store", "secretName")
+	b.Schedule, _ = raw["schedule"].(string)
+	if v, ok := raw["onDelete"].(string); ok {
+		b.OnDelete = v
+	}
+	if _, set := raw["keep"]; set {
+		n, err := intField(raw, "keep")
+		if err != nil || n < 1 || n > 1000 {
+			return nil, fmt.Errorf("spec.backup.keep: must be an integer between 1 and 1000, got %v", raw["keep"])
+		}
+		b.Keep = n
+	}
+	switch {
+	case b.StoreSecret == "":
+		return nil, fmt.Errorf("spec.backup.store.secretName: required")
+	case b.OnDelete != BackupDelete && b.OnDelete != BackupRetain:
+		return nil, fmt.Errorf("spec.backup.onDelete: must be Delete or Retain, got %q", b.OnDelete)
+	}
+	return b, nil
+}
+
+// restoreFrom reads spec.restore: either backup, or store and path.
+func restoreFrom(spec map[string]interface{}) (*Restore, error) {
+	raw, ok := spec["restore"].(map[string]interface{})
+	if !ok {
+		return nil, nil
+	}
+	r := &Restore{}
+	r.Backup, _ = raw["backup"].(string)
+	r.StoreSecret, _, _ = unstructured.NestedString(raw, "store", "secretName")
+	r.Path, _ = raw["path"].(string)
+	if (r.Backup == "") == (r.Path == "" || r.StoreSecret == "") || (r.Backup != "" && (r.Path != "" || r.StoreSecret != "")) {
+		return nil, fmt.Errorf("spec.restore: takes either backup (a ManagedCacheBackup) or store and path (an object in a bucket)")
+	}
+	return r, nil
 }
 
 // resourcesFrom checks spec.resources: {requests, limits}, each a map of quantities.

@@ -2,7 +2,8 @@
 # Builds the local control plane into bin/cluster/: etcd, kube (kube-apiserver,
 # kube-controller-manager, kube-scheduler, kube-proxy and kubectl of Kubernetes v1.37 in one
 # binary, linked under each name), kwok and kwokctl (KWOK v0.8.0), CoreDNS,
-# the local storage provisioner and the real nodes' agent (hack/node). Versions are pinned by the
+# the local storage provisioner, the real nodes' agent (hack/node) and the object store
+# (versitygw, hack/objectstore). Versions are pinned by the
 # go.mod files in hack/cluster/, hack/cluster/kwok/, hack/cluster/coredns/, hack/cluster/provisioner/
 # and hack/node/, which are one workspace (hack/go.work), so that the dependencies they share have
 # one version and are compiled once.
@@ -61,7 +62,7 @@ build() {
 	fi
 	local start=$SECONDS
 	echo "cluster-bin: building $name ($pkg) ..."
-	(cd "$moddir" && go build -trimpath -ldflags "-s -w $extra" -o "$out/$name.tmp" "$pkg")
+	(cd "$moddir" && GOWORK=${GOWORK_FOR:-} go build -trimpath -ldflags "-s -w $extra" -o "$out/$name.tmp" "$pkg")
 	mv "$out/$name.tmp" "$out/$name"
 	echo "$hash" >"$stamp"
 	echo "cluster-bin: built $name in $((SECONDS - start))s"
@@ -80,4 +81,6 @@ build "$here/kwok" kwokctl sigs.k8s.io/kwok/cmd/kwokctl
 build "$here/provisioner" local-provisioner .
 build "$here/coredns" coredns .
 build "$here/../node" node-agent .
+# The object store (versitygw) is a module of its own, outside the workspace (see its tools.go).
+GOWORK_FOR=off build "$here/../objectstore" objectstore github.com/versity/versitygw/cmd/versitygw
 echo "cluster-bin: all binaries ready in $out ($((SECONDS - total))s)"

@@ -7,11 +7,15 @@
 #     scale tests and benchmarks. A namespace annotated as in hack/cluster/kwok-namespace.yaml runs
 #     its pods there.
 # bin/cluster/local-provisioner binds PersistentVolumeClaims to folders under .cluster/volumes/.
+# bin/cluster/objectstore (versitygw, an S3 server; hack/objectstore) serves the bucket
+# cache-backups at http://<gateway>:9000 (path-style) to pods and to this machine.
 #
 #   cluster.sh up                create the cluster, or start whatever part of it is not running
 #   cluster.sh down              stop every process it started and delete everything it made
 #   cluster.sh stop-node NODE    kill a real node's agent and all its pods' processes (a node failure)
 #   cluster.sh start-node NODE   start a stopped real node again
+#   cluster.sh stop-objectstore  stop the object store (an unreachable store); start-objectstore again
+#   cluster.sh objectstore-env   print the store's endpoint, bucket and keys as shell assignments
 #
 # Network (all of it on this machine, from 198.18.0.0/15, RFC 2544's benchmarking range). Cluster
 # index k (CLUSTER_NET_INDEX; cache-dev 0, cache-test 1) picks a disjoint half, so both clusters run
@@ -30,6 +34,7 @@
 #   .cluster/volumes/          folders behind the provisioned PersistentVolumes
 #   .cluster/nodes/<node>/     a real node's state (pods, logs, runc); its log is .cluster/<node>.log
 #   .cluster/*.pid, *.log      PIDs and logs of the provisioner, kube-proxy, CoreDNS and node agents
+#   .cluster/objectstore/      the object store: credentials (keys made once) and data/<bucket>/
 #
 # Environment:
 #   CLUSTER_NAME, CLUSTER_DIR  another cluster beside the development one (make test uses
@@ -42,6 +47,9 @@
 #                         make test uses 10s, as a kubelet's crashLoopBackOff.maxContainerRestartPeriod
 #                         can, so that a test that kills the same member again and again waits 10 s
 #                         for it, not minutes; kept in .cluster/max-restart-period for later starts)
+#   OBJECTSTORE_DIR=DIR   keep the object store's keys and buckets there instead (a later cluster
+#                         started with the same DIR finds the same bucket: a restore from the
+#                         bucket alone); cluster.sh down deletes it only under the cluster's folder
 #   AUDIT_LOG_MAX_MB=N    rotate the audit log at N MB (default 100, the API server's; 0: never, as
 #                         the benchmark needs: it reads the log by offset)
 set -euo pipefail
@@ -77,6 +85,9 @@ wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
 	done
 }
 
+objectstore_dir=${OBJECTSTORE_DIR:-$state/objectstore}
+objectstore_port=9000
+objectstore_bucket=cache-backups
 # --- the cluster's network -------------------------------------------------------------------
 case $name in cache-dev) def_index=0 ;; cache-test) def_index=1 ;; *) def_index=0 ;; esac
 net_index=${CLUSTER_NET_INDEX:-$def_index}
@@ -204,6 +215,60 @@ start_node() { # start_node real-a
 		--max-container-restart-period "$max_restart_period"
 }
 
+# objectstore_env prints the object store's endpoint, bucket, region and keys (made once, kept in
+# $objectstore_dir/credentials) as shell assignments.
+objectstore_env() {
+	local creds=$objectstore_dir/credentials
+	if [[ ! -s $creds ]]; then
+		mkdir -p "$objectstore_dir"
+		(umask 077 && printf 'OBJECTSTORE_ACCESS_KEY=%s\nOBJECTSTORE_SECRET_KEY=%s\n' \
+			"cache$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')" "$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')" >"$creds.tmp")
+		mv "$creds.tmp" "$creds"
+	fi
+	cat "$creds"
+	printf 'OBJECTSTORE_ENDPOINT=http://%s:%s\nOBJECTSTORE_BUCKET=%s\nOBJECTSTORE_REGION=us-east-1\n' \
+		"$gateway" "$objectstore_port" "$objectstore_bucket"
+}
+
+# s3_request METHOD PATH: one signed request to the object store (curl's SigV4), its HTTP status
+# on stdout.
+s3_request() {
+	local empty=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
+	curl -sS -o /dev/null -w '%{http_code}' --max-time 5 --aws-sigv4 "aws:amz:us-east-1:s3" \
+		--user "$OBJECTSTORE_ACCESS_KEY:$OBJECTSTORE_SECRET_KEY" -H "x-amz-content-sha256: $empty" \
+		-X "$1" "$OBJECTSTORE_ENDPOINT$2" 2>/dev/null || true
+}
+
+# start_objectstore runs the S3 server in the cluster's network namespace, on the pods' gateway,
+# and creates the bucket.
+start_objectstore() {
+	eval "$(objectstore_env)"
+	mkdir -p "$objectstore_dir/data"
+	ROOT_ACCESS_KEY=$OBJECTSTORE_ACCESS_KEY ROOT_SECRET_KEY=$OBJECTSTORE_SECRET_KEY \
+		start_bg objectstore ip netns exec "$netns" "$bin/objectstore" --port "$gateway:$objectstore_port" \
+		--quiet posix "$objectstore_dir/data"
+	local deadline=$((SECONDS + 30)) code
+	until [[ $(s3_request HEAD "/$objectstore_bucket") == 200 ]]; do
+		code=$(s3_request PUT "/$objectstore_bucket")
+		[[ $code == 200 || $code == 409 ]] && continue
+		if ! pid_alive "$state/objectstore.pid" || ((SECONDS >= deadline)); then
+			log "the object store did not serve the bucket $objectstore_bucket (last HTTP status '$code'); last lines of $state/objectstore.log:"
+			tail -n 5 "$state/objectstore.log" >&2
+			return 1
+		fi
+		sleep 0.3
+	done
+	log "object store ready: $OBJECTSTORE_ENDPOINT, bucket $objectstore_bucket"
+}
+
+stop_objectstore() {
+	if pid_alive "$state/objectstore.pid"; then pid_kill "$state/objectstore.pid"; fi
+	local deadline=$((SECONDS + 15))
+	while pid_alive "$state/objectstore.pid" && ((SECONDS < deadline)); do sleep 0.2; done
+	rm -f "$state/objectstore.pid"
+	log "object store stopped"
+}
+
 # wait_node NODE: the node's agent runs and its Node is Ready; otherwise show the agent's log.
 wait_node() {
 	local node=$1 deadline=$((SECONDS + 60))
@@ -234,7 +299,7 @@ stop_node() {
 }
 
 up() {
-	for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl local-provisioner kube-proxy coredns node-agent; do
+	for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl local-provisioner kube-proxy coredns node-agent objectstore; do
 		[[ -x $bin/$b ]] || { log "missing $bin/$b: run 'make cluster-bin'"; exit 1; }
 	done
 	mkdir -p "$state"
@@ -285,6 +350,7 @@ cluster.local:53 in-addr.arpa:53 {
 }
 COREFILE
 		start_bg coredns ip netns exec "$netns" "$bin/coredns" -conf "$state/Corefile"
+		start_objectstore
 		local n
 		for n in "${real_nodes[@]}"; do start_node "real-$n"; done
 		for n in "${real_nodes[@]}"; do wait_node "real-$n"; done
@@ -382,6 +448,9 @@ down) down ;;
 restart) restart ;;
 stop-node) stop_node "${2:?node name}" ;;
 check-routes) check_routes ;;
+stop-objectstore) stop_objectstore ;;
+start-objectstore) start_objectstore ;;
+objectstore-env) objectstore_env ;;
 start-node) start_node "${2:?node name}" && wait_node "$2" ;;
-*) echo "usage: $0 up|down|restart|stop-node NODE|start-node NODE|check-routes" >&2; exit 2 ;;
+*) echo "usage: $0 up|down|restart|stop-node NODE|start-node NODE|check-routes|stop-objectstore|start-objectstore|objectstore-env" >&2; exit 2 ;;
 esac

@@ -405,13 +405,17 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 	if oomKilled {
 		reason = "OOMKilled"
 	}
+	msg := a.killMsg
+	if msg == "" && a.exitCode != 0 && c.spec.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
+		msg = logTail(a.logPath) // as the kubelet: the log's end, when the container wrote no message
+	}
 	finished := metav1.Now()
 	r.mu.Lock()
 	c.cur = nil
 	c.ready = false
 	c.started = false
 	c.state = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-		ExitCode: int32(a.exitCode), Reason: reason, Message: a.killMsg,
+		ExitCode: int32(a.exitCode), Reason: reason, Message: msg,
 		StartedAt: startedAt, FinishedAt: finished, ContainerID: "runc://" + a.id,
 	}}
 	r.mu.Unlock()
@@ -531,6 +535,34 @@ func expandAll(in []string, vars map[string]string) []string {
 		out[i] = expand(s, vars)
 	}
 	return out
+}
+
+// logTail is the end of a container's log without the CRI prefixes: at most the last 80 lines and
+// 2048 bytes, as the kubelet's FallbackToLogsOnError takes.
+func logTail(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > 80 {
+		lines = lines[len(lines)-80:]
+	}
+	var out strings.Builder
+	for _, l := range lines {
+		// "<time> <stream> <F|P> <text>"
+		if parts := strings.SplitN(l, " ", 4); len(parts) == 4 {
+			out.WriteString(parts[3])
+			if parts[2] == "F" {
+				out.WriteString("\n")
+			}
+		}
+	}
+	msg := strings.TrimRight(out.String(), "\n")
+	if len(msg) > 2048 {
+		msg = msg[len(msg)-2048:]
+	}
+	return msg
 }
 
 // logWriter writes container output as the kubelet's CRI log format: "<RFC3339Nano> <stream> F <line>".

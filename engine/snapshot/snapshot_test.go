@@ -1,0 +1,344 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/redis/go-redis/v9"
+
+	"example.com/cache-operator/engine/dataset"
+	"example.com/cache-operator/engine/objectstore"
+)
+
+// These tests run the real programs: redis-server (Debian's, make prereqs) and the local
+// cluster's object store (bin/cluster/objectstore, make cluster-bin; make test builds it first).
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func repoRoot(t *testing.T) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// startProcess runs cmd until the test ends and waits until addr accepts connections.
+func startProcess(t *testing.T, addr string, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not listen on %s within 20 s: %v\n%s", name, addr, err, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+const internalPassword = "internal-secret-for-tests"
+
+// startServer runs redis-server with the internal user's rules of templates/_helpers.tpl (the
+// commands a backup sends) and appendonly, in dir.
+func startServer(t *testing.T, dir string, replicaOf int) (string, *redis.Client) {
+	t.Helper()
+	port := freePort(t)
+	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nappendonly yes\nsave \"\"\n"+
+		"user internal on >%s resetkeys resetchannels -@all +ping +info +role +psync +sync +replconf\n"+
+		"masteruser internal\nmasterauth %s\n", port, dir, internalPassword, internalPassword)
+	if replicaOf > 0 {
+		conf += fmt.Sprintf("replicaof 127.0.0.1 %d\n", replicaOf)
+	}
+	path := filepath.Join(dir, "redis.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	startProcess(t, addr, "redis-server", path)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { c.Close() })
+	return addr, c
+}
+
+func startStore(t *testing.T) objectstore.Store {
+	t.Helper()
+	bin := filepath.Join(repoRoot(t), "bin", "cluster", "objectstore")
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("no %s (make cluster-bin builds it)", bin)
+	}
+	port := freePort(t)
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	cmd := exec.Command(bin, "--port", addr, "--quiet", "posix", t.TempDir())
+	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY=testaccess", "ROOT_SECRET_KEY=testsecret-0123456789")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	s := objectstore.Store{Endpoint: "http://" + addr, Bucket: "backups", AccessKeyID: "testaccess", SecretAccessKey: "testsecret-0123456789"}
+	cl, err := s.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := cl.MakeBucket(context.Background(), s.Bucket, minio.MakeBucketOptions{})
+		if err == nil {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the object store did not take a bucket within 20 s: %v\n%s", err, out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// fill writes n keys of every type the reader skips (strings, hashes, lists, sets, sorted sets,
+// streams with a consumer group), some with a TTL.
+func fill(t *testing.T, c *redis.Client, n int) {
+	t.Helper()
+	ctx := context.Background()
+	pipe := c.Pipeline()
+	for i := 0; i < n; i++ {
+		k := fmt.Sprintf("k:%06d", i)
+		switch i % 7 {
+		case 0:
+			pipe.Set(ctx, k, strings.Repeat("v", i%300), 0)
+		case 1:
+			pipe.HSet(ctx, k, "a", i, "b", strings.Repeat("x", 100))
+		case 2:
+			pipe.RPush(ctx, k, i, i+1, "three")
+		case 3:
+			pipe.SAdd(ctx, k, i, "m")
+		case 4:
+			pipe.ZAdd(ctx, k, redis.Z{Score: float64(i) / 3, Member: "m"}, redis.Z{Score: 1, Member: "n"})
+		case 5:
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: k, Values: []interface{}{"f", i}})
+			pipe.XGroupCreate(ctx, k, "g", "0")
+		case 6:
+			pipe.Set(ctx, k, i, time.Hour)
+		}
+		if i%1000 == 999 {
+			if _, err := pipe.Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Large values: LZF-compressed strings, and a big list (quicklist) and hash (hashtable).
+	big := make([]interface{}, 0, 2000)
+	for i := 0; i < 1000; i++ {
+		big = append(big, fmt.Sprintf("f%d", i), strings.Repeat("y", 70))
+	}
+	if err := c.HSet(ctx, "big:hash", big...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RPush(ctx, "big:list", big...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "big:string", strings.Repeat("compressible ", 10000), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitInSync(t *testing.T, primary, replica *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p, _ := primary.Info(ctx, "replication").Result()
+		r, _ := replica.Info(ctx, "replication").Result()
+		po, ro := infoField(p, "master_repl_offset"), infoField(r, "master_repl_offset")
+		if strings.Contains(r, "master_link_status:up") && po != "" && po == ro {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica did not catch up within 30 s: primary offset %s, replica %s", po, ro)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func infoField(info, name string) string {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func TestBackupFromReplicaAndRestore(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("no redis-server (make prereqs installs it)")
+	}
+	store := startStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pAddr, primary := startServer(t, t.TempDir(), 0)
+	pPort, _ := strconv.Atoi(strings.TrimPrefix(pAddr, "127.0.0.1:"))
+	rAddr, replica := startServer(t, t.TempDir(), pPort)
+	fill(t, primary, 20000)
+	waitInSync(t, primary, replica)
+	want, err := dataset.Of(ctx, primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forksBefore := infoField(primary.Info(ctx, "stats").Val(), "total_forks")
+
+	key := store.ObjectKey("shop", "sessions", "b1")
+	m, err := Backup(ctx, BackupOptions{
+		Source:   Source{Addr: rAddr, User: "internal", Password: internalPassword},
+		Store:    store, Key: key,
+		Manifest: objectstore.Manifest{Namespace: "shop", Cache: "sessions", Backup: "b1", Member: "sessions-1"},
+	})
+	if err != nil {
+		t.Fatalf("backup: %v", err)
+	}
+	t.Logf("backup: %d bytes, %d keys, RDB v%d, %s %s, sha256 %s", m.Bytes, m.Keys, m.RDBVersion, m.Engine, m.Version, m.SHA256)
+	if m.Keys != want.Keys || m.Bytes == 0 || len(m.SHA256) != 64 || m.Engine != "redis" || m.Version == "" || m.RDBVersion < 9 {
+		t.Errorf("manifest %+v; want %d keys, bytes, a checksum, the engine and version", m, want.Keys)
+	}
+	if f := infoField(primary.Info(ctx, "stats").Val(), "total_forks"); f != forksBefore {
+		t.Errorf("the primary forked for a backup from its replica: total_forks %s -> %s", forksBefore, f)
+	}
+	cl, _ := store.Client()
+	read, err := objectstore.ReadManifest(ctx, cl, store.Bucket, key)
+	if err != nil || read.SHA256 != m.SHA256 || read.Keys != m.Keys {
+		t.Fatalf("manifest in the bucket %+v (%v); want %+v", read, err, m)
+	}
+
+	// Restore into an empty directory; a server started on it holds the same data.
+	dir := t.TempDir()
+	res, err := Restore(ctx, RestoreOptions{Store: store, Key: key, DataDir: dir, SHA256: m.SHA256, Bytes: m.Bytes})
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if res.Keys != want.Keys || res.SHA256 != m.SHA256 {
+		t.Errorf("restored %+v; want %d keys, sha256 %s", res, want.Keys, m.SHA256)
+	}
+	_, restored := startServer(t, dir, 0)
+	waitLoaded(t, restored)
+	got, err := dataset.Of(ctx, restored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("restored server holds %v; the source held %v", got, want)
+	}
+	t.Logf("source %v; restored %v", want, got)
+	// Again: the marker says it is done, and nothing is touched.
+	if res, err := Restore(ctx, RestoreOptions{Store: store, Key: key, DataDir: dir, SHA256: m.SHA256}); err != nil || !res.Skipped {
+		t.Errorf("a second restore: %+v, %v; want it skipped", res, err)
+	}
+}
+
+func waitLoaded(t *testing.T, c *redis.Client) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := c.Ping(context.Background()).Err()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restored server did not load within 30 s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A corrupt or truncated object, or one the manifest does not vouch for, is refused, and the data
+// directory stays empty: the server would start empty, never as if restored.
+func TestRestoreRefusesCorruptAndTruncatedObjects(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("no redis-server (make prereqs installs it)")
+	}
+	store := startStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, primary := startServer(t, t.TempDir(), 0)
+	pAddr := primary.Options().Addr
+	fill(t, primary, 3000)
+	key := store.ObjectKey("shop", "sessions", "good")
+	m, err := Backup(ctx, BackupOptions{Source: Source{Addr: pAddr, User: "internal", Password: internalPassword}, Store: store, Key: key,
+		Manifest: objectstore.Manifest{Namespace: "shop", Cache: "sessions", Backup: "good", Member: "sessions-0", FromPrimary: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, _ := store.Client()
+	obj, err := cl.GetObject(ctx, store.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data bytes.Buffer
+	if _, err := data.ReadFrom(obj); err != nil {
+		t.Fatal(err)
+	}
+	good := data.Bytes()
+	flipped := append([]byte(nil), good...)
+	flipped[len(flipped)/2] ^= 0x01
+	cases := []struct {
+		name, want string
+		body       []byte
+		sha        string
+	}{
+		{"flipped bit", "is corrupt", flipped, m.SHA256},
+		{"truncated", "truncated", good[:len(good)-100], m.SHA256},
+		{"wrong checksum given", "differs from the backup's", good, strings.Repeat("0", 64)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			bad := store.ObjectKey("shop", "sessions", strings.ReplaceAll(c.name, " ", "-"))
+			if _, err := cl.PutObject(ctx, store.Bucket, bad, bytes.NewReader(c.body), int64(len(c.body)), minio.PutObjectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := objectstore.WriteManifest(ctx, cl, store.Bucket, bad, m); err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			_, err := Restore(ctx, RestoreOptions{Store: store, Key: bad, DataDir: dir, SHA256: c.sha, Bytes: m.Bytes})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("restore of a %s object: %v; want an error saying %q", c.name, err, c.want)
+			}
+			t.Logf("refused: %v", err)
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("the data directory holds %d entries after a refused restore; want none", len(entries))
+			}
+		})
+	}
+	// A missing object.
+	if _, err := Restore(ctx, RestoreOptions{Store: store, Key: "nope.rdb", DataDir: t.TempDir(), SHA256: m.SHA256}); err == nil {
+		t.Error("a restore of a missing object succeeded")
+	}
+}
