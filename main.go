@@ -25,13 +25,21 @@ import (
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/app"
 	"example.com/cache-operator/engine/render"
+	"example.com/cache-operator/engine/snapshot"
 	"example.com/cache-operator/engine/webhook"
 	"example.com/cache-operator/templates"
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "render" {
-		os.Exit(renderCommand(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "render":
+			os.Exit(renderCommand(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+		case "backup": // a backup Job's container
+			os.Exit(snapshot.BackupCommand(os.Stdout, os.Stderr))
+		case "restore": // a restoring member's init container
+			os.Exit(snapshot.RestoreCommand(os.Stdout, os.Stderr))
+		}
 	}
 	var cfg app.Config
 	hostname, _ := os.Hostname()
@@ -39,6 +47,7 @@ func main() {
 	templatesDir := flag.String("templates-dir", "", "render children from this folder instead of the embedded templates")
 	redisRepo := flag.String("image-repository", "redis", "image repository of engine redis; the tag is the engine version")
 	valkeyRepo := flag.String("valkey-image-repository", "valkey/valkey", "image repository of engine valkey")
+	operatorImage := flag.String("operator-image", envOr("OPERATOR_IMAGE", render.DefaultOperatorImage), "the operator's own image, which backup Jobs and restoring members run (cache-operator backup / restore)")
 	clusterDomain := flag.String("cluster-domain", api.DefaultClusterDomain, "the cluster's DNS domain, in the names of Services and members")
 	flag.IntVar(&cfg.Controller.Workers, "workers", 4, "caches reconciled in parallel")
 	qps := flag.Float64("kube-api-qps", 200, "client-side limit of API requests per second")
@@ -87,6 +96,7 @@ func main() {
 	cfg.QPS = float32(*qps)
 	cfg.Controller.Render.Images = render.ImageRepositories{"redis": *redisRepo, "valkey": *valkeyRepo}
 	cfg.Controller.Render.ClusterDomain, cfg.Webhook.ClusterDomain = *clusterDomain, *clusterDomain
+	cfg.Controller.Render.OperatorImage = *operatorImage
 	cfg.Templates = fs.FS(templates.FS)
 	if *templatesDir != "" {
 		cfg.Templates = os.DirFS(*templatesDir)

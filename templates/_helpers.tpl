@@ -113,3 +113,20 @@ end=$(( $(date +%s) + {{ sub (include "grace" . | atoi) 5 }} )); while [ "$(date
 {{- define "probe.ready" -}}
 info=$({{ include "probe.cli" . }} info replication) || exit 1; case "$info" in *role:master*) exit 0 ;; esac; echo "$info" | grep -q '^master_link_status:up' && echo "$info" | grep -q '^master_sync_in_progress:0'
 {{- end }}
+
+{{/* store.env: the environment of the backup and restore commands, each key of the store's
+Secret (dict "secret" <name> "env" .StoreEnv) through a secretKeyRef; the optional keys may be
+absent. */}}
+{{- define "store.env" -}}
+{{- $secret := .secret -}}
+{{- range .env }}
+- name: {{ .Name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ .Key }}
+      {{- if .Optional }}
+      optional: true
+      {{- end }}
+{{- end }}
+{{- end }}

@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/robfig/cron/v3"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -46,6 +50,14 @@ const (
 	StoreCABundle  = "caBundle"
 )
 
+// StoreEnv maps a store Secret's keys to the environment variables the backup Job and the restore
+// container read them from (the templates map each through a secretKeyRef).
+var StoreEnv = map[string]string{
+	StoreEndpoint: "STORE_ENDPOINT", StoreBucket: "STORE_BUCKET", StorePrefix: "STORE_PREFIX",
+	StoreRegion: "STORE_REGION", StoreAccessKey: "STORE_ACCESS_KEY_ID",
+	StoreSecretKey: "STORE_SECRET_ACCESS_KEY", StoreCABundle: "STORE_CA_BUNDLE",
+}
+
 // BackupJobName is the name of the Job that takes the backup of that name (at most 63
 // characters: the Job's pods carry it in a label).
 func BackupJobName(backup string) string {
@@ -67,3 +79,58 @@ func fnv32(s string) uint32 {
 
 // RestoreMember is the member a restore fills: the first, ordinal 0.
 func RestoreMember(cacheName string) string { return cacheName + "-0" }
+
+// RestoreStatus is a cache's status.restore.
+type RestoreStatus struct {
+	Phase          string `json:"phase,omitempty"`
+	Location       string `json:"location,omitempty"`
+	StoreSecret    string `json:"storeSecret,omitempty"`
+	Path           string `json:"path,omitempty"`
+	Checksum       string `json:"checksum,omitempty"`
+	Bytes          int64  `json:"bytes,omitempty"`
+	Keys           int64  `json:"keys,omitempty"`
+	Version        string `json:"version,omitempty"`
+	Refused        string `json:"refused,omitempty"`
+	CompletionTime string `json:"completionTime,omitempty"`
+	Message        string `json:"message,omitempty"`
+}
+
+// The phases of a restore (status.restore.phase).
+const (
+	RestoreRunning   = "Running"
+	RestoreCompleted = "Completed"
+	RestoreFailed    = "Failed"
+)
+
+// Resolved says the source is known: the first member's init container can be rendered.
+func (r *RestoreStatus) Resolved() bool { return r != nil && (r.Path != "" || r.Refused != "") }
+
+// BackupStatus is a cache's status.backup.
+type BackupStatus struct {
+	LastBackupTime   string `json:"lastBackupTime,omitempty"`
+	LastBackup       string `json:"lastBackup,omitempty"`
+	NextScheduleTime string `json:"nextScheduleTime,omitempty"`
+}
+
+// RestoreStatusOf reads status.restore of a cache (nil: none).
+func RestoreStatusOf(mc *unstructured.Unstructured) *RestoreStatus {
+	raw, ok, _ := unstructured.NestedMap(mc.Object, "status", "restore")
+	if !ok {
+		return nil
+	}
+	var r RestoreStatus
+	if runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &r) != nil {
+		return nil
+	}
+	return &r
+}
+
+// ParseSchedule parses spec.backup.schedule: five cron fields, in UTC, or a descriptor (@hourly,
+// @daily, @every 6h).
+func ParseSchedule(s string) (cron.Schedule, error) {
+	sched, err := cron.ParseStandard(s)
+	if err != nil {
+		return nil, fmt.Errorf("spec.backup.schedule %q does not parse: %v (five cron fields such as \"0 3 * * *\", or @hourly, @daily, @every 6h)", s, err)
+	}
+	return sched, nil
+}

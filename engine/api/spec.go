@@ -283,6 +283,11 @@ func backupFrom(spec map[string]interface{}) (*Backup, error) {
 		}
 		b.Keep = n
 	}
+	if b.Schedule != "" {
+		if _, err := ParseSchedule(b.Schedule); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case b.StoreSecret == "":
 		return nil, fmt.Errorf("spec.backup.store.secretName: required")

@@ -38,6 +38,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/backups"
 	"example.com/cache-operator/engine/controller"
 	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/render"
@@ -139,6 +140,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("building controller: %w", err)
 	}
+	bk, err := backups.New(ctrlDyn, ctrlKube, renderer, recorder, ctrl, backups.Options{Render: cfg.Controller.Render})
+	if err != nil {
+		return fmt.Errorf("building the backups controller: %w", err)
+	}
+	ctrl.SetBackups(bk)
 	hooks, err := webhook.New(kube, dyn, cfg.Webhook)
 	if err != nil {
 		return fmt.Errorf("webhooks: %w", err)
@@ -193,20 +199,30 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := ctrl.Start(ctx); err != nil {
 		return err
 	}
+	if err := bk.Start(ctx); err != nil {
+		return err
+	}
 	klog.InfoS("Informer caches synced", "identity", cfg.Identity)
 	if cfg.OnStarted != nil {
 		cfg.OnStarted(ctrl)
 	}
 
-	if !cfg.LeaderElect {
+	work := func(ctx context.Context) {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); bk.RunWorkers(ctx) }()
 		ctrl.RunWorkers(ctx)
+		wg.Wait()
+	}
+	if !cfg.LeaderElect {
+		work(ctx)
 		return nil
 	}
-	return runElected(ctx, cfg, kube, ctrl, hooks, fenced)
+	return runElected(ctx, cfg, kube, work, hooks, fenced)
 }
 
 // runElected reconciles while this replica holds the lease.
-func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, ctrl *controller.Controller, hooks *webhook.Server, fenced *fence) error {
+func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, work func(context.Context), hooks *webhook.Server, fenced *fence) error {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: LeaseName},
 		Client:     kube.CoordinationV1(),
@@ -244,7 +260,7 @@ func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, ctrl
 					case <-workCtx.Done():
 					}
 				}()
-				ctrl.RunWorkers(workCtx)
+				work(workCtx)
 				close(workersDone)
 			},
 			OnStoppedLeading: func() {

@@ -107,6 +107,8 @@ type Controller struct {
 	applier  *ssa.Applier
 	recorder record.EventRecorder
 	cleanups []CleanupFunc
+	// backups, when set, are the cache's backups (SetBackups).
+	backups Backups
 
 	queue     workqueue.TypedRateLimitingInterface[string]
 	informers *informers.Set

@@ -15,7 +15,8 @@ import (
 )
 
 // The finalizer holds a deletion only while the controller has work to do first: a CleanupFunc
-// (state outside the cluster). The children need none: they carry owner references, and the
+// (state outside the cluster), or a cache whose backups are deleted with it (spec.backup.onDelete:
+// Delete). The children need none: they carry owner references, and the
 // garbage collector removes them. A controller without cleanups never adds the finalizer and
 // removes it where an older version added it, so that deleting a cache or its namespace never
 // waits for the operator.
@@ -36,7 +37,7 @@ func finalizerIndex(mc *unstructured.Unstructured) int {
 // mc as it now is.
 func (c *Controller) syncFinalizer(ctx context.Context, mc *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	i := finalizerIndex(mc)
-	switch want := len(c.cleanups) > 0; {
+	switch want := len(c.cleanups) > 0 || (c.backups != nil && c.backups.WantsFinalizer(mc)); {
 	case want && i < 0:
 		return c.patchFinalizers(ctx, mc, "adding finalizer", addFinalizerPatch(mc))
 	case !want && i >= 0:
@@ -97,6 +98,9 @@ func (c *Controller) finalize(ctx context.Context, mc *unstructured.Unstructured
 		if err := cleanup(ctx, mc); err != nil {
 			return ssa.Errorf(mc, "cleanup before deletion: %w", err)
 		}
+	}
+	if err := c.cleanupBackups(ctx, mc); err != nil {
+		return ssa.Errorf(mc, "cleanup before deletion: %w", err)
 	}
 	_, err := c.patchFinalizers(ctx, mc, "removing finalizer", removeFinalizerPatch(i))
 	return err

@@ -71,6 +71,10 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		return c.writeStatus(ctx, mc, invalidStatus(mc, ReasonInvalidSpec, err.Error()))
 	}
 
+	var resolved bool
+	if mc, resolved, err = c.resolveRestore(ctx, mc, spec); !resolved {
+		return err
+	}
 	view, viewOK := c.members.View(key)
 	inputs, epoch := cacheInputs(mc, view.Observed, view.Primary), c.differ.DefaultsEpoch()
 	if pass, ok := c.verified.get(key); ok && c.stillVerified(pass, inputs, epoch) {
@@ -174,6 +178,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	st := newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, storage.condition, view, viewOK, failReason, failMessage)
 	applyPasswordCondition(&st, view, viewOK, authd, mc.GetGeneration())
 	st.TLS = tlsStatusOf(mc, spec, tlsd)
+	c.backupStatus(mc, spec, &st, view, viewOK)
 	if err := c.writeStatus(ctx, mc, st); err != nil {
 		return errors.Join(retry, err)
 	}
@@ -211,6 +216,7 @@ func (c *Controller) statusOfVerified(ctx context.Context, mc *unstructured.Unst
 	if spec.TLS {
 		st.TLS = statusOf(mc).TLS // the certificates are as the verified pass decided them
 	}
+	c.backupStatus(mc, spec, &st, view, viewOK)
 	if err := c.writeStatus(ctx, mc, st); err != nil {
 		return err
 	}

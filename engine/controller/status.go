@@ -32,6 +32,8 @@ type cacheStatus struct {
 	Members            []dataplane.MemberStatus `json:"members,omitempty"`
 	Selector           string                   `json:"selector,omitempty"`
 	TLS                *tlsStatus               `json:"tls,omitempty"`
+	Backup             *api.BackupStatus        `json:"backup,omitempty"`
+	Restore            *api.RestoreStatus       `json:"restore,omitempty"`
 	ObservedGeneration int64                    `json:"observedGeneration,omitempty"`
 }
 
@@ -130,6 +132,10 @@ func invalidStatus(mc *unstructured.Unstructured, reason, message string) cacheS
 	s.ObservedGeneration = mc.GetGeneration()
 	s.setReady(mc.GetGeneration(), false, reason, message)
 	return s
+}
+
+func toUnstructured(v interface{}) (map[string]interface{}, error) {
+	return runtime.DefaultUnstructuredConverter.ToUnstructured(v)
 }
 
 // withStatus returns a copy of mc carrying s, or nil when s is what mc already has.

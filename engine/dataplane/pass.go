@@ -109,6 +109,9 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		SwitchoverTo: mc.GetAnnotations()[api.SwitchoverAnnotation], UpdateRevision: updateRevision,
 		Replicas: int(spec.Replicas), History: mem.lastPrimaryHistory,
 	}
+	if rs := api.RestoreStatusOf(mc); spec.Restore != nil && (rs == nil || rs.Phase != api.RestoreCompleted) {
+		v.RestoreFrom = api.RestoreMember(mc.GetName())
+	}
 	act := roles.Decide(v, mem.lastPrimaryOffset)
 	logger.V(3).Info("Member pass decided", "primary", act.Primary, "degraded", act.Degraded, "why", act.DegradedMessage,
 		"promote", act.Promote, "switchTo", act.SwitchTo, "follow", act.Follow, "labels", act.Labels, "delete", act.Delete)

@@ -1,9 +1,12 @@
 package informers
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 
 	"example.com/cache-operator/engine/api"
@@ -15,6 +18,29 @@ type Pod struct {
 	IP                string
 	Ready             bool // the Ready condition is True
 	Running           bool // every container runs (false while one has exited or waits to restart)
+	// InitFailure is the last failure of an init container (the restore's), "<name>: <message>",
+	// while the pod is still initializing; "" otherwise.
+	InitFailure string
+}
+
+// initFailure is the failure of an init container that exited with an error and has not yet
+// succeeded: its termination message, or its exit code.
+func initFailure(statuses []corev1.ContainerStatus) string {
+	for _, cs := range statuses {
+		t := cs.State.Terminated
+		if t == nil && cs.State.Running == nil {
+			t = cs.LastTerminationState.Terminated // waiting to run again
+		}
+		if t == nil || t.ExitCode == 0 {
+			continue
+		}
+		msg := t.Message
+		if msg == "" {
+			msg = fmt.Sprintf("exited with %d (%s)", t.ExitCode, t.Reason)
+		}
+		return cs.Name + ": " + msg
+	}
+	return ""
 }
 
 // podLabels are the pod labels a member pass reads.
@@ -52,6 +78,7 @@ func typedMemberPod(pod *corev1.Pod) *Pod {
 			p.Ready = c.Status == corev1.ConditionTrue
 		}
 	}
+	p.InitFailure = initFailure(pod.Status.InitContainerStatuses)
 	p.Running = len(pod.Status.ContainerStatuses) > 0
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.State.Running == nil {
@@ -70,6 +97,16 @@ func unstructuredMemberPod(u *unstructured.Unstructured) *Pod {
 		if m, ok := c.(map[string]interface{}); ok && m["type"] == string(corev1.PodReady) {
 			p.Ready = m["status"] == string(corev1.ConditionTrue)
 		}
+	}
+	if raw, ok, _ := unstructured.NestedSlice(u.Object, "status", "initContainerStatuses"); ok {
+		var inits []corev1.ContainerStatus
+		for _, r := range raw {
+			var cs corev1.ContainerStatus
+			if m, ok := r.(map[string]interface{}); ok && runtime.DefaultUnstructuredConverter.FromUnstructured(m, &cs) == nil {
+				inits = append(inits, cs)
+			}
+		}
+		p.InitFailure = initFailure(inits)
 	}
 	statuses, _, _ := unstructured.NestedSlice(u.Object, "status", "containerStatuses")
 	p.Running = len(statuses) > 0

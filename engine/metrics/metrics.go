@@ -236,7 +236,55 @@ func CertificateExpiry(namespace, cache string, notAfter time.Time) {
 	certificateExpiry.WithLabelValues(namespace, cache).Set(float64(notAfter.Unix()))
 }
 
+// The backups' metrics, per cache.
+var (
+	backupLastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cache_operator_backup_last_success_timestamp_seconds",
+		Help: "When each cache's last completed backup started (Unix seconds).",
+	}, []string{"namespace", "cache"})
+	backupDuration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cache_operator_backup_duration_seconds",
+		Help: "How long each cache's last completed backup took, from the Job's start to the manifest.",
+	}, []string{"namespace", "cache"})
+	backupBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cache_operator_backup_bytes",
+		Help: "The size of each cache's last completed backup.",
+	}, []string{"namespace", "cache"})
+	backupFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cache_operator_backup_failures_total",
+		Help: "Backups that failed, per cache.",
+	}, []string{"namespace", "cache"})
+	restores = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cache_operator_restores_total",
+		Help: "Restores (spec.restore) that completed or failed, per cache.",
+	}, []string{"namespace", "cache", "result"})
+)
+
+func init() {
+	Registry.MustRegister(backupLastSuccess, backupDuration, backupBytes, backupFailures, restores)
+}
+
+// BackupCompleted records a completed backup.
+func BackupCompleted(namespace, cache string, start time.Time, took time.Duration, bytes int64) {
+	backupLastSuccess.WithLabelValues(namespace, cache).Set(float64(start.Unix()))
+	backupDuration.WithLabelValues(namespace, cache).Set(took.Seconds())
+	backupBytes.WithLabelValues(namespace, cache).Set(float64(bytes))
+}
+
+// BackupFailed counts a failed backup.
+func BackupFailed(namespace, cache string) { backupFailures.WithLabelValues(namespace, cache).Inc() }
+
+// RestoreFinished counts a restore that completed ("completed") or failed ("failed").
+func RestoreFinished(namespace, cache, result string) {
+	restores.WithLabelValues(namespace, cache, result).Inc()
+}
+
 // ForgetCache drops a deleted cache's series.
 func ForgetCache(namespace, cache string) {
 	certificateExpiry.DeleteLabelValues(namespace, cache)
+	for _, v := range []*prometheus.GaugeVec{backupLastSuccess, backupDuration, backupBytes} {
+		v.DeleteLabelValues(namespace, cache)
+	}
+	backupFailures.DeleteLabelValues(namespace, cache)
+	restores.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "cache": cache})
 }

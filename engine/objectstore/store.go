@@ -55,18 +55,10 @@ func FromSecret(data map[string][]byte) (Store, error) {
 	return s, s.Validate()
 }
 
-// Env names the environment variables a Job reads a store from (FromEnv); the template maps the
-// Secret's keys onto them.
-var Env = map[string]string{
-	api.StoreEndpoint: "STORE_ENDPOINT", api.StoreBucket: "STORE_BUCKET", api.StorePrefix: "STORE_PREFIX",
-	api.StoreRegion: "STORE_REGION", api.StoreAccessKey: "STORE_ACCESS_KEY_ID",
-	api.StoreSecretKey: "STORE_SECRET_ACCESS_KEY", api.StoreCABundle: "STORE_CA_BUNDLE",
-}
-
-// FromEnv reads a store from the environment (see Env).
+// FromEnv reads a store from the environment (api.StoreEnv: a Job's or init container's).
 func FromEnv() (Store, error) {
 	data := map[string][]byte{}
-	for key, env := range Env {
+	for key, env := range api.StoreEnv {
 		if v, ok := os.LookupEnv(env); ok {
 			data[key] = []byte(v)
 		}

@@ -24,8 +24,9 @@ import (
 // Renderer renders a ManagedCache's children from a folder of templates: every *.yaml file is a
 // template producing one or more YAML documents; *.tpl files only define named templates.
 type Renderer struct {
-	tmpl  *template.Template
-	files []string // the *.yaml templates, sorted
+	tmpl     *template.Template
+	files    []string // the children's *.yaml templates, sorted
+	jobFiles []string // the Jobs' (job-*.yaml), which are not children of the cache
 }
 
 // NewRenderer parses every template in fsys. It fails on a syntax error, an unknown or forbidden
@@ -53,11 +54,20 @@ func NewRenderer(fsys fs.FS) (*Renderer, error) {
 			files = append(files, name)
 		}
 	}
-	if len(files) == 0 {
+	var jobs, children []string
+	for _, f := range files {
+		if strings.HasPrefix(f, "job-") {
+			jobs = append(jobs, f)
+		} else {
+			children = append(children, f)
+		}
+	}
+	if len(children) == 0 {
 		return nil, fmt.Errorf("no *.yaml templates found")
 	}
-	sort.Strings(files)
-	return &Renderer{tmpl: root, files: files}, nil
+	sort.Strings(children)
+	sort.Strings(jobs)
+	return &Renderer{tmpl: root, files: children, jobFiles: jobs}, nil
 }
 
 var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
@@ -67,6 +77,10 @@ var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
 // standard labels. It fails on a missing key, a YAML error, an object without apiVersion, kind or
 // metadata.name, or one that names another namespace, naming the template.
 func (r *Renderer) Render(v Values) ([]*unstructured.Unstructured, error) {
+	return r.renderFiles(r.files, v)
+}
+
+func (r *Renderer) renderFiles(files []string, v Values) ([]*unstructured.Unstructured, error) {
 	// A clone per render, so that include counts its depth for this render alone (workers render
 	// concurrently); cloning copies the set of templates, not their parse trees.
 	tmpl, err := r.tmpl.Clone()
@@ -75,7 +89,7 @@ func (r *Renderer) Render(v Values) ([]*unstructured.Unstructured, error) {
 	}
 	bindInclude(tmpl)
 	var objs []*unstructured.Unstructured
-	for _, file := range r.files {
+	for _, file := range files {
 		var buf bytes.Buffer
 		if err := tmpl.ExecuteTemplate(&buf, file, v); err != nil {
 			return nil, err

@@ -49,6 +49,16 @@ type Values struct {
 	Keys SecretKeys
 	// TLS is the cache's TLS.
 	TLS TLSValues
+	// OperatorImage is the operator's image, which runs the backup and restore commands.
+	OperatorImage string
+	// StoreEnv maps a store Secret's keys to the commands' environment.
+	StoreEnv []StoreEnvVar
+	// Restore, when set, fills the first member from a backup before its server starts.
+	Restore *RestoreValues
+	// Backup is set only when rendering a backup Job.
+	Backup *BackupJob
+	// ClusterDomain is the cluster's DNS domain.
+	ClusterDomain string
 }
 
 // Auth is what a cache's Secret holds (see engine/api for the keys).
@@ -144,12 +154,18 @@ type Config struct {
 	Images ImageRepositories
 	// ClusterDomain is the cluster's DNS domain (default cluster.local).
 	ClusterDomain string
+	// OperatorImage is the image of the operator's own binary, for backup Jobs and restores
+	// (default cache-operator).
+	OperatorImage string
 }
 
 // DefaultConfig is the Config of an operator started without flags.
 func DefaultConfig() Config {
-	return Config{Images: DefaultImageRepositories(), ClusterDomain: api.DefaultClusterDomain}
+	return Config{Images: DefaultImageRepositories(), ClusterDomain: api.DefaultClusterDomain, OperatorImage: DefaultOperatorImage}
 }
+
+// DefaultOperatorImage is the operator's image when no flag says otherwise.
+const DefaultOperatorImage = "cache-operator"
 
 // ImageRepositories maps an engine name to its image repository.
 type ImageRepositories map[string]string
@@ -170,7 +186,15 @@ func NewValues(mc *unstructured.Unstructured, spec api.Spec, cfg Config, auth Au
 	if domain == "" {
 		domain = api.DefaultClusterDomain
 	}
+	opImage := cfg.OperatorImage
+	if opImage == "" {
+		opImage = DefaultOperatorImage
+	}
 	return Values{
+		OperatorImage:    opImage,
+		StoreEnv:         storeEnv(),
+		Restore:          restoreValues(mc, spec),
+		ClusterDomain:    domain,
 		Name:             name,
 		Namespace:        ns,
 		Spec:             spec,

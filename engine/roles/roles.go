@@ -84,6 +84,10 @@ type View struct {
 	// History is the replication ID of the last healthy primary the pass saw ("": none since
 	// the operator started; then the history most members holding data share).
 	History string
+	// RestoreFrom is the member a new cache's restore fills (spec.restore, until it completed):
+	// the first primary is that member and no other, whichever answers first, so that a member
+	// that started empty never becomes the primary the restored one then syncs from.
+	RestoreFrom string
 }
 
 // Action is what a member pass does next. At most one of Promote (a failover or a first
@@ -207,6 +211,18 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 		waited := !v.Now.Before(v.UnhealthySince.Add(v.Delay))
 		// While the delay runs nothing moves: labels stay, so a primary that is merely slow
 		// keeps the read-write Service.
+		if from == "" && v.RestoreFrom != "" {
+			m, ok := byName[v.RestoreFrom]
+			if !ok || !m.Observed || m.Deleting {
+				act.WaitUntil = v.Now.Add(v.Delay)
+				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("no primary yet; waiting for %s, which restores the backup", v.RestoreFrom)
+				act.Labels = map[string]string{}
+				return act
+			}
+			act.Primary, act.Promote = m.Name, !m.IsPrimary()
+			act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("electing %s, which restored the backup", m.Name)
+			return finishLabels(v, act, byName)
+		}
 		if from == "" && !allAnswer && !waited {
 			act.WaitUntil = v.UnhealthySince.Add(v.Delay)
 			act.Degraded, act.DegradedMessage = ReasonNoPrimary, "no primary yet; waiting for every member to answer"

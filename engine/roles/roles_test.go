@@ -258,3 +258,26 @@ func TestDiscarded(t *testing.T) {
 		}
 	}
 }
+
+// A new cache restoring a backup: the restored member (c-0) is the first primary, never an empty
+// member that answered first, even once the failover delay has passed.
+func TestRestoredMemberIsTheFirstPrimary(t *testing.T) {
+	now := time.Unix(1000, 0)
+	rw := "c-rw.ns.svc.cluster.local"
+	restoring := []Member{m(0, "replica", nil), m(1, "replica", replicaOf(rw, 0, 0, false)), m(2, "replica", replicaOf(rw, 0, 0, false))}
+	v := View{Now: now, Members: restoring, Delay: 3 * time.Second, UnhealthySince: now.Add(-time.Hour), UpdateRevision: "r1", Replicas: 3, RestoreFrom: "c-0"}
+	if got := Decide(v, 0); got.Primary != "" || got.Promote || len(got.Labels) != 0 || got.Degraded != ReasonNoPrimary {
+		t.Errorf("while c-0 restores: primary %q promote %v labels %v degraded %q; want no primary, waiting", got.Primary, got.Promote, got.Labels, got.Degraded)
+	}
+	// Without the guard, an empty member would have been elected by now.
+	v.RestoreFrom = ""
+	if got := Decide(v, 0); got.Primary == "" {
+		t.Fatalf("without RestoreFrom no member was elected: the case does not test the guard")
+	}
+	v.RestoreFrom = "c-0"
+	v.Members[0] = m(0, "replica", replicaOf(rw, 0, 1000, false))
+	got := Decide(v, 0)
+	if got.Primary != "c-0" || !got.Promote || got.Labels["c-0"] != "primary" || !reflect.DeepEqual(got.Follow, []string{"c-1", "c-2"}) {
+		t.Errorf("once c-0 answers: primary %q promote %v labels %v follow %v; want c-0 promoted, the others following", got.Primary, got.Promote, got.Labels, got.Follow)
+	}
+}

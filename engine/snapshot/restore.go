@@ -164,4 +164,3 @@ func syncDir(dir string) error {
 	defer d.Close()
 	return d.Sync()
 }
-

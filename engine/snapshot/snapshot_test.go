@@ -218,8 +218,8 @@ func TestBackupFromReplicaAndRestore(t *testing.T) {
 
 	key := store.ObjectKey("shop", "sessions", "b1")
 	m, err := Backup(ctx, BackupOptions{
-		Source:   Source{Addr: rAddr, User: "internal", Password: internalPassword},
-		Store:    store, Key: key,
+		Source: Source{Addr: rAddr, User: "internal", Password: internalPassword},
+		Store:  store, Key: key,
 		Manifest: objectstore.Manifest{Namespace: "shop", Cache: "sessions", Backup: "b1", Member: "sessions-1"},
 	})
 	if err != nil {

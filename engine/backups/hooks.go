@@ -1,0 +1,162 @@
+package backups
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/objectstore"
+)
+
+// What the cache controller asks of the backups (its Backups hooks).
+
+// Status is the cache's status.backup and its BackupsReady condition (nil: none to show).
+func (c *Controller) Status(mc *unstructured.Unstructured) (*api.BackupStatus, *metav1.Condition) {
+	key := mc.GetNamespace() + "/" + mc.GetName()
+	var out api.BackupStatus
+	var last time.Time
+	for _, b := range c.backupsOf(key) {
+		st := statusOfBackup(b)
+		if st.Phase != api.BackupCompleted {
+			continue
+		}
+		if t, err := time.Parse(time.RFC3339, st.StartTime); err == nil && !t.Before(last) {
+			last, out.LastBackup, out.LastBackupTime = t, b.GetName(), st.StartTime
+		}
+	}
+	c.mu.Lock()
+	st := c.state[key]
+	var cond *metav1.Condition
+	if st != nil {
+		if !st.next.IsZero() {
+			out.NextScheduleTime = st.next.UTC().Format(time.RFC3339)
+		}
+		if st.condition.Type != "" {
+			cc := st.condition
+			cond = &cc
+		}
+	}
+	c.mu.Unlock()
+	if out == (api.BackupStatus{}) {
+		return nil, cond
+	}
+	return &out, cond
+}
+
+// WantsFinalizer says whether deleting mc must wait for its backups to be deleted from the bucket
+// (spec.backup.onDelete: Delete).
+func (c *Controller) WantsFinalizer(mc *unstructured.Unstructured) bool {
+	spec, err := api.SpecFrom(mc)
+	return err == nil && spec.Backup != nil && spec.Backup.OnDelete == api.BackupDelete
+}
+
+// Cleanup deletes every object of the cache in its store's bucket (its folder,
+// <prefix>/<namespace>/<cache>/), then its ManagedCacheBackups. A store that cannot be reached
+// is an error: the cache controller retries with backoff and says so in a condition and an Event.
+// When the store's Secret is already gone (its namespace is being deleted), the store last read
+// from it is used.
+func (c *Controller) Cleanup(ctx context.Context, mc *unstructured.Unstructured) error {
+	spec, err := api.SpecFrom(mc)
+	if err != nil || spec.Backup == nil || spec.Backup.OnDelete != api.BackupDelete {
+		return nil
+	}
+	ns := mc.GetNamespace()
+	store, err := c.storeOf(ctx, ns, spec.Backup.StoreSecret)
+	if err != nil {
+		remembered, ok := c.rememberedStore(ns, spec.Backup.StoreSecret)
+		if !ok {
+			return fmt.Errorf("deleting the backups (onDelete: Delete): %w", err)
+		}
+		klog.FromContext(ctx).Info("The store's Secret is unreadable; using the store last read from it", "err", err.Error())
+		store = remembered
+	}
+	cl, err := store.Client()
+	if err != nil {
+		return err
+	}
+	folder := store.CacheFolder(ns, mc.GetName())
+	n, err := objectstore.DeleteFolder(ctx, cl, store.Bucket, folder)
+	if err != nil {
+		return fmt.Errorf("deleting the backups in s3://%s/%s (%d deleted so far): %w", store.Bucket, folder, n, err)
+	}
+	klog.FromContext(ctx).Info("Deleted the cache's backups from the bucket", "objects", n, "location", store.Location(folder))
+	for _, b := range c.backupsOf(ns + "/" + mc.GetName()) {
+		if err := c.client.Resource(api.BackupResource).Namespace(ns).Delete(ctx, b.GetName(), metav1.DeleteOptions{}); err != nil && !isNotFound(err) {
+			return err
+		}
+	}
+	c.forget(ns + "/" + mc.GetName())
+	return nil
+}
+
+// ResolveRestore resolves a new cache's spec.restore: the object, its checksum and size, and
+// the version it came from, read from the ManagedCacheBackup's status or from the manifest beside
+// the object in the bucket. A backup the cache cannot load (a newer major version) is refused: the
+// result carries the reason, and the first member's init container fails with it. An error means
+// the source is not known yet (a backup still running, a store unreachable): retried.
+func (c *Controller) ResolveRestore(ctx context.Context, mc *unstructured.Unstructured, spec api.Spec) (*api.RestoreStatus, error) {
+	r := spec.Restore
+	ns := mc.GetNamespace()
+	rs := &api.RestoreStatus{Phase: api.RestoreRunning}
+	if r.Backup != "" {
+		obj, ok, err := c.backups.GetIndexer().GetByKey(ns + "/" + r.Backup)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("ManagedCacheBackup %s/%s does not exist", ns, r.Backup)
+		}
+		st := statusOfBackup(obj.(*unstructured.Unstructured))
+		if st.Phase != api.BackupCompleted {
+			return nil, fmt.Errorf("ManagedCacheBackup %s/%s is not completed (phase %q)", ns, r.Backup, st.Phase)
+		}
+		store, err := c.storeOf(ctx, ns, st.StoreSecret)
+		if err != nil {
+			return nil, err
+		}
+		rs.Location, rs.StoreSecret, rs.Path = st.Location, st.StoreSecret, strings.TrimPrefix(st.Location, "s3://"+store.Bucket+"/")
+		rs.Checksum, rs.Bytes, rs.Keys, rs.Version = st.Checksum, st.Bytes, st.Keys, st.Version
+		rs.Refused = refusal(st.Engine, st.Version, spec)
+	} else {
+		store, cl, err := c.client_(ctx, ns, r.StoreSecret)
+		if err != nil {
+			return nil, err
+		}
+		m, err := objectstore.ReadManifest(ctx, cl, store.Bucket, r.Path)
+		if err != nil {
+			return nil, fmt.Errorf("reading the manifest of %s: %w", store.Location(r.Path), err)
+		}
+		rs.Location, rs.StoreSecret, rs.Path = store.Location(r.Path), r.StoreSecret, r.Path
+		rs.Checksum, rs.Bytes, rs.Keys, rs.Version = m.SHA256, m.Bytes, m.Keys, m.Version
+		rs.Refused = refusal(m.Engine, m.Version, spec)
+	}
+	if rs.Refused != "" {
+		rs.Phase, rs.Message = api.RestoreFailed, rs.Refused
+	}
+	return rs, nil
+}
+
+// refusal says why a backup of engine and version cannot be restored into a cache of spec, or "".
+func refusal(engine, version string, spec api.Spec) string {
+	major := func(v string) (int, bool) {
+		n, err := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+		return n, err == nil
+	}
+	from, ok1 := major(version)
+	to, ok2 := major(spec.Engine.Version)
+	if ok1 && ok2 && engine == spec.Engine.Name && from > to {
+		return fmt.Sprintf("the backup comes from %s %s, a newer major version than this cache's %s %s, which cannot load its snapshot format; restore it into a cache of version %d or later",
+			engine, version, spec.Engine.Name, spec.Engine.Version, from)
+	}
+	if engine == "valkey" && spec.Engine.Name == "redis" {
+		return fmt.Sprintf("the backup comes from valkey %s; redis cannot load a Valkey snapshot", version)
+	}
+	return ""
+}

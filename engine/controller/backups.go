@@ -1,0 +1,163 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/dataplane"
+	"example.com/cache-operator/engine/metrics"
+)
+
+// Backups is what the controller asks of the backups (package backups): a cache's backup status
+// and condition, whether its deletion waits for its backups to be deleted from the bucket (and
+// that deletion), and the resolution of a new cache's spec.restore.
+type Backups interface {
+	Status(mc *unstructured.Unstructured) (*api.BackupStatus, *metav1.Condition)
+	WantsFinalizer(mc *unstructured.Unstructured) bool
+	Cleanup(ctx context.Context, mc *unstructured.Unstructured) error
+	ResolveRestore(ctx context.Context, mc *unstructured.Unstructured, spec api.Spec) (*api.RestoreStatus, error)
+}
+
+// Reasons of the Ready condition while a cache restores.
+const (
+	ReasonRestorePending = "RestorePending"
+	ReasonRestoring      = "Restoring"
+	ReasonRestoreFailed  = "RestoreFailed"
+	// ReasonCleanupFailed is the BackupsReady reason of a deletion that cannot delete the backups.
+	ReasonCleanupFailed = "CleanupFailed"
+	// ConditionBackupsReady mirrors backups.ConditionBackupsReady.
+	ConditionBackupsReady = "BackupsReady"
+)
+
+// SetBackups gives the controller its backups; call it before Start.
+func (c *Controller) SetBackups(b Backups) { c.backups = b }
+
+// Cache returns the cache namespace/name from the informer cache (a copy).
+func (c *Controller) Cache(key string) (*unstructured.Unstructured, bool, error) {
+	return c.informers.Cache(key)
+}
+
+// CacheInformer is the ManagedCaches' informer.
+func (c *Controller) CacheInformer() cache.SharedIndexInformer { return c.informers.Caches }
+
+// Enqueue has the cache namespace/name reconciled.
+func (c *Controller) Enqueue(key string) { c.queue.Add(key) }
+
+// resolveRestore makes sure a cache with spec.restore has its source in status.restore before any
+// child is rendered: the first member's init container is rendered from it. It returns mc with the
+// resolved status (not yet written: the pass's status write carries it), or false with the
+// pending status written.
+func (c *Controller) resolveRestore(ctx context.Context, mc *unstructured.Unstructured, spec api.Spec) (*unstructured.Unstructured, bool, error) {
+	if spec.Restore == nil || c.backups == nil || api.RestoreStatusOf(mc).Resolved() {
+		return mc, true, nil
+	}
+	rs, err := c.backups.ResolveRestore(ctx, mc, spec)
+	if err != nil {
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRestorePending, "Waiting for the restore's source: %v", err)
+		st := invalidStatus(mc, ReasonRestorePending, "waiting for the restore's source: "+err.Error())
+		st.Restore = &api.RestoreStatus{Message: err.Error()}
+		if werr := c.writeStatus(ctx, mc, st); werr != nil {
+			return nil, false, werr
+		}
+		return nil, false, fmt.Errorf("ManagedCache/%s/%s: spec.restore: %w", mc.GetNamespace(), mc.GetName(), err)
+	}
+	if rs.Refused != "" {
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore refused: %s", rs.Refused)
+		metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "failed")
+	} else {
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, "RestoreStarted", "Restoring %s (%d bytes, %d keys, %s) into %s", rs.Location, rs.Bytes, rs.Keys, rs.Version, api.RestoreMember(mc.GetName()))
+	}
+	out := mc.DeepCopy()
+	raw, err := toUnstructured(rs)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := unstructured.SetNestedField(out.Object, raw, "status", "restore"); err != nil {
+		return nil, false, err
+	}
+	return out, true, nil
+}
+
+// backupStatus fills status.backup, status.restore's progress and the conditions they bring.
+func (c *Controller) backupStatus(mc *unstructured.Unstructured, spec api.Spec, s *cacheStatus, view dataplane.View, viewOK bool) {
+	s.Restore = api.RestoreStatusOf(mc)
+	if c.backups != nil {
+		b, cond := c.backups.Status(mc)
+		s.Backup = b
+		if cond != nil && spec.Backup != nil {
+			meta.SetStatusCondition(&s.Conditions, *cond)
+		} else if spec.Backup == nil {
+			meta.RemoveStatusCondition(&s.Conditions, ConditionBackupsReady)
+		}
+	}
+	rs := s.Restore
+	if spec.Restore == nil || rs == nil || !rs.Resolved() || rs.Phase == api.RestoreCompleted {
+		return
+	}
+	gen := mc.GetGeneration()
+	member := api.RestoreMember(mc.GetName())
+	next := *rs
+	switch {
+	case rs.Refused != "":
+		next.Phase, next.Message = api.RestoreFailed, rs.Refused
+	case viewOK && view.Observed && view.Primary == member:
+		next.Phase, next.Message = api.RestoreCompleted, ""
+		next.CompletionTime = time.Now().UTC().Format(time.RFC3339)
+	default:
+		next.Phase, next.Message = api.RestoreRunning, member+" loads the backup"
+		for _, p := range c.informers.MemberPods(mc.GetNamespace(), mc.GetName()) {
+			if p.Name == member && p.InitFailure != "" {
+				next.Phase, next.Message = api.RestoreFailed, p.InitFailure
+			}
+		}
+	}
+	if next.Phase != rs.Phase {
+		switch next.Phase {
+		case api.RestoreCompleted:
+			c.recorder.Eventf(mc, corev1.EventTypeNormal, "Restored", "Restored %s into %s, now the primary", rs.Location, member)
+			metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "completed")
+		case api.RestoreFailed:
+			if rs.Refused == "" {
+				c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore of %s failed: %s", rs.Location, next.Message)
+				metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "failed")
+			}
+		}
+	}
+	s.Restore = &next
+	switch next.Phase {
+	case api.RestoreFailed:
+		s.setReady(gen, false, ReasonRestoreFailed, "the restore failed; no member takes writes: "+next.Message)
+	case api.RestoreRunning:
+		s.setReady(gen, false, ReasonRestoring, "restoring "+rs.Location+": "+next.Message)
+	}
+}
+
+// cleanupBackups runs the backups' cleanup of a deleted cache; a failure is reported in the
+// BackupsReady condition and a Warning Event, and retried with backoff.
+func (c *Controller) cleanupBackups(ctx context.Context, mc *unstructured.Unstructured) error {
+	if c.backups == nil {
+		return nil
+	}
+	err := c.backups.Cleanup(ctx, mc)
+	if err == nil {
+		return nil
+	}
+	msg := fmt.Sprintf("%v; retrying with backoff. To release the cache and leave its backups in the bucket: kubectl patch managedcache %s -n %s --type=merge -p '{\"metadata\":{\"finalizers\":[]}}'",
+		err, mc.GetName(), mc.GetNamespace())
+	c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonCleanupFailed, "Deleting the backups: %s", msg)
+	st := statusOf(mc)
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionBackupsReady, Status: metav1.ConditionFalse,
+		Reason: ReasonCleanupFailed, Message: msg, ObservedGeneration: mc.GetGeneration()})
+	if werr := c.writeStatus(ctx, mc, st); werr != nil {
+		return werr
+	}
+	return err
+}
