@@ -14,10 +14,19 @@ pid_trust=("$OPERATOR")
 
 echo "up: installing the CRD"
 "${k[@]}" apply --server-side --force-conflicts -k crd/ >/dev/null
-"${k[@]}" wait --for=condition=Established crd/managedcaches.cache.example.com --timeout=60s >/dev/null
+"${k[@]}" wait --for=condition=Established crd/managedcaches.cache.example.com crd/managedcachebackups.cache.example.com --timeout=60s >/dev/null
 for ns in shop cache-operator-system; do # the sample's, and the operator's (webhook certificate)
 	"${k[@]}" get namespace "$ns" >/dev/null 2>&1 || "${k[@]}" create namespace "$ns" >/dev/null
 done
+# The backup store of the sample: the local cluster's object store (cluster.sh), its endpoint,
+# bucket and keys in the Secret cache-backups, made once.
+if ! "${k[@]}" get secret cache-backups -n shop >/dev/null 2>&1; then
+	eval "$(hack/cluster/cluster.sh objectstore-env)"
+	echo "up: creating the Secret shop/cache-backups (the object store $OBJECTSTORE_ENDPOINT, bucket $OBJECTSTORE_BUCKET)"
+	"${k[@]}" create secret generic cache-backups -n shop --from-literal=endpoint="$OBJECTSTORE_ENDPOINT" \
+		--from-literal=bucket="$OBJECTSTORE_BUCKET" --from-literal=region="$OBJECTSTORE_REGION" \
+		--from-literal=accessKeyID="$OBJECTSTORE_ACCESS_KEY" --from-file=secretAccessKey=<(printf '%s' "$OBJECTSTORE_SECRET_KEY") >/dev/null
+fi
 
 # A rebuilt binary replaces a running operator of an older build.
 if pid_alive "$pidfile"; then

@@ -82,6 +82,8 @@ func (c *Controller) Cleanup(ctx context.Context, mc *unstructured.Unstructured)
 		return err
 	}
 	folder := store.CacheFolder(ns, mc.GetName())
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
 	n, err := objectstore.DeleteFolder(ctx, cl, store.Bucket, folder)
 	if err != nil {
 		return fmt.Errorf("deleting the backups in s3://%s/%s (%d deleted so far): %w", store.Bucket, folder, n, err)

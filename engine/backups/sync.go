@@ -35,13 +35,15 @@ const (
 	ReasonJobFailed          = "JobFailed"
 	ReasonJobMissing         = "JobMissing"
 	ReasonManifestUnreadable = "ManifestUnreadable"
-	ReasonCompleted          = "Completed"
 	ReasonCacheGone          = "CacheNotFound"
 )
 
 // ConditionBackupsReady is the cache's condition about its backups: the store answers and the
 // bucket exists, and the schedule parses.
 const ConditionBackupsReady = "BackupsReady"
+
+// storeTimeout bounds a check of the store (the client retries a refused connection within it).
+const storeTimeout = 20 * time.Second
 
 // pollRunning is how often a running backup is looked at without an event.
 const pollRunning = 30 * time.Second
@@ -114,6 +116,8 @@ func (c *Controller) checkStore(ctx context.Context, mc *unstructured.Unstructur
 		return st.checked.Add(c.opts.StoreCheck).Sub(now)
 	}
 	reason, msg := ReasonStoreReachable, ""
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
 	store, cl, err := c.client_(ctx, mc.GetNamespace(), spec.Backup.StoreSecret)
 	if err == nil {
 		msg = "the store answers and bucket " + store.Bucket + " exists"
@@ -174,7 +178,9 @@ func (c *Controller) start(ctx context.Context, mc *unstructured.Unstructured, s
 	}
 	store, cl, err := c.client_(ctx, mc.GetNamespace(), spec.Backup.StoreSecret)
 	if err == nil {
-		err = objectstore.Check(ctx, cl, store.Bucket)
+		cctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		err = objectstore.Check(cctx, cl, store.Bucket)
+		cancel()
 	}
 	if err != nil {
 		reason := ReasonStoreUnreachable
@@ -262,8 +268,12 @@ func (c *Controller) watch(ctx context.Context, mc *unstructured.Unstructured, b
 		if err != nil {
 			return 0, fmt.Errorf("ManagedCacheBackup/%s/%s: reading the manifest: %w", b.GetNamespace(), b.GetName(), err)
 		}
-		st.Phase, st.Reason = api.BackupCompleted, ReasonCompleted
+		// The reason stays FromReplica or FromPrimary: where it was taken from.
+		st.Phase = api.BackupCompleted
 		st.Message = fmt.Sprintf("%d bytes, %d keys from %s (%s %s)", m.Bytes, m.Keys, m.Member, m.Engine, m.Version)
+		if m.FromPrimary {
+			st.Message += "; taken from the primary: no replica was in sync"
+		}
 		st.EndTime = c.opts.Now().UTC().Format(time.RFC3339)
 		st.Bytes, st.Keys, st.Checksum, st.Engine, st.Version = m.Bytes, m.Keys, m.SHA256, m.Engine, m.Version
 		if err := c.setStatus(ctx, b, st); err != nil {

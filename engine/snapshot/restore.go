@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 
@@ -107,7 +108,7 @@ func Restore(ctx context.Context, o RestoreOptions) (Restored, error) {
 		return done, err
 	}
 	hash := sha256.New()
-	count := &counter{progress: o.Progress}
+	count := &counter{progress: o.Progress, last: time.Now()}
 	pr, pw := io.Pipe()
 	scanned := make(chan scanResult, 1)
 	go func() {

@@ -82,7 +82,7 @@ func Backup(ctx context.Context, o BackupOptions) (objectstore.Manifest, error) 
 		return m, err
 	}
 	hash := sha256.New()
-	count := &counter{progress: o.Progress}
+	count := &counter{progress: o.Progress, last: time.Now()}
 	pr, pw := io.Pipe()
 	scanned := make(chan scanResult, 1)
 	go func() {

@@ -1,0 +1,188 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"example.com/cache-operator/e2e/framework"
+	"example.com/cache-operator/engine/objectstore"
+)
+
+// setStoreSecret points the cache's spec.backup at another Secret.
+func setStoreSecret(t *testing.T, c *framework.Cluster, ns, cache, secret string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"backup":{"store":{"secretName":%q}}}}`, secret)
+	if _, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Patch(context.Background(), cache, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Bad input gets a clear condition, a Warning Event, and loses nothing: the cache keeps serving.
+// A missing Secret, one without a bucket, an unreachable endpoint, a bucket that does not exist;
+// a schedule that does not parse is refused at kubectl apply; a backup from a newer major version
+// is refused as a restore source.
+func TestBackupBadInput(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	startOperator(t, c)
+	ns := c.RealNamespace(t, "badinput")
+	deleteCachesOnCleanup(t, c, ns)
+	store := c.ObjectStore(t)
+	createCacheV2(t, c, ns, "bi", v2Spec(1, map[string]interface{}{
+		"backup": map[string]interface{}{"store": map[string]interface{}{"secretName": "missing"}},
+	}))
+	dumpMembersOnFailure(t, c, ns, "bi")
+	waitWhole(t, c, ns, "bi", 1, 3*time.Minute)
+	msg := waitCondition(t, c, ns, "bi", "BackupsReady", "False", "StoreSecretInvalid", time.Minute)
+	t.Logf("missing Secret: %s", msg)
+	waitEvent(t, c, ns, "bi", "Warning", "StoreSecretInvalid", 30*time.Second)
+
+	c.StoreSecret(t, ns, "nobucket", store, map[string]string{"bucket": ""})
+	setStoreSecret(t, c, ns, "bi", "nobucket")
+	if msg := waitCondition(t, c, ns, "bi", "BackupsReady", "False", "StoreSecretInvalid", time.Minute); !strings.Contains(msg, "missing keys: bucket") {
+		t.Errorf("a Secret without bucket: %s", msg)
+	} else {
+		t.Logf("Secret without a bucket: %s", msg)
+	}
+	host, _, _ := net.SplitHostPort(strings.TrimPrefix(store.Endpoint, "http://"))
+	c.StoreSecret(t, ns, "unreachable", store, map[string]string{"endpoint": "http://" + host + ":1"})
+	setStoreSecret(t, c, ns, "bi", "unreachable")
+	t.Logf("unreachable endpoint: %s", waitCondition(t, c, ns, "bi", "BackupsReady", "False", "StoreUnreachable", time.Minute))
+	c.StoreSecret(t, ns, "nosuchbucket", store, map[string]string{"bucket": "no-such-bucket"})
+	setStoreSecret(t, c, ns, "bi", "nosuchbucket")
+	t.Logf("missing bucket: %s", waitCondition(t, c, ns, "bi", "BackupsReady", "False", "BucketNotFound", time.Minute))
+	// A backup asked for meanwhile fails with the reason; the cache still serves.
+	createBackup(t, c, ns, "nobucket-backup", "bi")
+	if st := waitBackup(t, c, ns, "nobucket-backup", time.Minute); st.Phase != "Failed" || !strings.Contains(st.Message, "does not exist") {
+		t.Errorf("a backup to a missing bucket: %+v; want Failed saying the bucket does not exist", st)
+	}
+	if s, r, _ := condition(t, c, ns, "bi", "Ready"); s != "True" {
+		t.Errorf("the cache is not Ready (%s) after bad backup settings; it must keep serving", r)
+	}
+	c.StoreSecret(t, ns, "store", store, nil)
+	setStoreSecret(t, c, ns, "bi", "store")
+	waitCondition(t, c, ns, "bi", "BackupsReady", "True", "StoreReachable", time.Minute)
+
+	// Schedules that do not parse are refused at once: by the CRD's pattern, or by the webhook.
+	for _, sched := range []string{"every day", "61 * * * *"} {
+		patch := fmt.Sprintf(`{"spec":{"backup":{"schedule":%q}}}`, sched)
+		_, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Patch(ctx, "bi", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		if err == nil {
+			t.Errorf("schedule %q was accepted", sched)
+			continue
+		}
+		t.Logf("schedule %q refused: %v", sched, err)
+	}
+
+	// A backup from a newer major version than the cache is refused as a restore source.
+	createBackup(t, c, ns, "b", "bi")
+	st := waitBackup(t, c, ns, "b", 3*time.Minute)
+	if st.Phase != "Completed" {
+		t.Fatalf("backup b: %+v", st)
+	}
+	cl, err := store.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := ns + "/bi/b.rdb"
+	man, err := objectstore.ReadManifest(ctx, cl, store.Bucket, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := ns + "/newer/b.rdb"
+	if _, err := cl.CopyObject(ctx, minio.CopyDestOptions{Bucket: store.Bucket, Object: newer}, minio.CopySrcOptions{Bucket: store.Bucket, Object: key}); err != nil {
+		t.Fatal(err)
+	}
+	man.Version = "8.0.2"
+	if err := objectstore.WriteManifest(ctx, cl, store.Bucket, newer, man); err != nil {
+		t.Fatal(err)
+	}
+	createCacheV2(t, c, ns, "older", v2Spec(1, map[string]interface{}{
+		"restore": map[string]interface{}{"store": map[string]interface{}{"secretName": "store"}, "path": newer},
+	}))
+	msg = waitCondition(t, c, ns, "older", "Ready", "False", "RestoreFailed", 2*time.Minute)
+	if !strings.Contains(msg, "newer major version") {
+		t.Errorf("a restore from 8.0 into 7.0: %s", msg)
+	}
+	t.Logf("backup from a newer major version: %s", msg)
+	waitEvent(t, c, ns, "older", "Warning", "RestoreFailed", 30*time.Second)
+}
+
+// Deleting a cache whose store is unreachable (onDelete: Delete): a condition and a Warning Event
+// say so, the operator retries, and the cache goes once the store is back, its folder emptied.
+// The README's escape hatch (finalizers: []) releases a cache at once and leaves its objects.
+func TestBackupDeletionWithStoreDown(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	startOperator(t, c)
+	ns := c.RealNamespace(t, "storedown")
+	deleteCachesOnCleanup(t, c, ns)
+	store := c.ObjectStore(t)
+	c.StoreSecret(t, ns, "store", store, nil)
+	for _, name := range []string{"del", "hatch"} {
+		createCacheV2(t, c, ns, name, v2Spec(1, map[string]interface{}{
+			"backup": map[string]interface{}{"store": map[string]interface{}{"secretName": "store"}, "onDelete": "Delete"},
+		}))
+	}
+	for _, name := range []string{"del", "hatch"} {
+		waitWhole(t, c, ns, name, 1, 3*time.Minute)
+		createBackup(t, c, ns, name+"-1", name)
+		if st := waitBackup(t, c, ns, name+"-1", 3*time.Minute); st.Phase != "Completed" {
+			t.Fatalf("backup %s-1: %+v", name, st)
+		}
+		mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := mc.GetFinalizers(); len(f) != 1 {
+			t.Fatalf("%s (onDelete: Delete) has finalizers %v; want the operator's", name, f)
+		}
+	}
+	c.ObjectStoreCommand(t, "stop-objectstore")
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			c.ObjectStoreCommand(t, "start-objectstore")
+		}
+	})
+	for _, name := range []string{"del", "hatch"} {
+		if err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		msg := waitCondition(t, c, ns, name, "BackupsReady", "False", "CleanupFailed", 2*time.Minute)
+		t.Logf("%s deleted with the store down: %s", name, msg)
+		if !strings.Contains(msg, "finalizers") {
+			t.Errorf("the condition does not name the escape hatch: %s", msg)
+		}
+		waitEvent(t, c, ns, name, "Warning", "CleanupFailed", 30*time.Second)
+	}
+	// The escape hatch: the cache goes at once, its objects stay.
+	if _, err := c.Kubectl(ctx, "patch", "managedcache", "hatch", "-n", ns, "--type=merge", "-p", `{"metadata":{"finalizers":[]}}`); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, "hatch released", func() (bool, string, error) {
+		gone, err := isGone(c, mcV2GVR, ns, "hatch")
+		return gone, "still there", err
+	})
+	c.ObjectStoreCommand(t, "start-objectstore")
+	stopped = false
+	framework.Eventually(t, 3*time.Minute, "del deleted once the store is back", func() (bool, string, error) {
+		gone, err := isGone(c, mcV2GVR, ns, "del")
+		_, r, m := condition(t, c, ns, "del", "BackupsReady")
+		return gone, r + ": " + m, err
+	})
+	if left, err := framework.ObjectKeys(ctx, store, ns+"/del/"); err != nil || len(left) != 0 {
+		t.Errorf("the bucket still holds %v of del (%v)", left, err)
+	}
+	if kept, err := framework.ObjectKeys(ctx, store, ns+"/hatch/"); err != nil || len(kept) != 2 {
+		t.Errorf("the escape hatch left %v of hatch (%v); want its backup and manifest", kept, err)
+	}
+}

@@ -1,0 +1,135 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"example.com/cache-operator/e2e/framework"
+)
+
+// scheduledSeen collects the scheduled backups of a cache as they come and go (retention deletes
+// the oldest): name -> creation time.
+type scheduledSeen map[string]time.Time
+
+func (s scheduledSeen) look(t *testing.T, c *framework.Cluster, ns, cache string) (completed []string) {
+	t.Helper()
+	l, err := c.Dynamic.Resource(mcbGVR).Namespace(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "cache.example.com/scheduled=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range l.Items {
+		s[b.GetName()] = b.GetCreationTimestamp().Time
+		if readBackup(&b).Phase == "Completed" {
+			completed = append(completed, b.GetName())
+		}
+	}
+	sort.Strings(completed)
+	return completed
+}
+
+// slotOf is the slot time a scheduled backup's name carries (<cache>-YYYYMMDD-HHMMSS).
+func slotOf(t *testing.T, cache, name string) time.Time {
+	t.Helper()
+	ts, err := time.Parse("20060102-150405", strings.TrimPrefix(name, cache+"-"))
+	if err != nil {
+		t.Fatalf("scheduled backup %s: no slot in its name: %v", name, err)
+	}
+	return ts
+}
+
+// A schedule of every 20 s with keep 3: five scheduled backups are taken, each within 60 s of its
+// slot; three remain, as objects and in the bucket. Slots missed while the operator is stopped
+// give one backup when it is back, not one per slot. A cache of one member is backed up from its
+// primary, with the reason in status.
+func TestBackupScheduleAndRetention(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	op := startOperator(t, c)
+	ns := c.RealNamespace(t, "schedule")
+	deleteCachesOnCleanup(t, c, ns)
+	store := c.ObjectStore(t)
+	c.StoreSecret(t, ns, "store", store, nil)
+	createCacheV2(t, c, ns, "sched", v2Spec(1, map[string]interface{}{
+		"backup": map[string]interface{}{"store": map[string]interface{}{"secretName": "store"}, "keep": int64(3), "schedule": "@every 20s", "onDelete": "Delete"},
+	}))
+	dumpMembersOnFailure(t, c, ns, "sched")
+	primary := waitWhole(t, c, ns, "sched", 1, 3*time.Minute)
+	fillKeys(t, memberClient(t, c, ns, "sched", primary.Name), "s", 2000)
+
+	seen := scheduledSeen{}
+	var completed []string
+	framework.Eventually(t, 4*time.Minute, "five scheduled backups, three kept", func() (bool, string, error) {
+		completed = seen.look(t, c, ns, "sched")
+		keys, err := framework.ObjectKeys(ctx, store, ns+"/sched/")
+		if err != nil {
+			return false, "", err
+		}
+		return len(seen) >= 5 && len(completed) == 3 && len(keys) == 6,
+			fmt.Sprintf("%d scheduled seen, completed %v, bucket %v", len(seen), completed, keys), nil
+	})
+	var late []time.Duration
+	for name, created := range seen {
+		d := created.Sub(slotOf(t, "sched", name))
+		late = append(late, d)
+		if d < 0 || d > 60*time.Second {
+			t.Errorf("scheduled backup %s created %s after its slot; want within 60 s", name, d)
+		}
+	}
+	sort.Slice(late, func(i, j int) bool { return late[i] < late[j] })
+	t.Logf("%d scheduled backups, created after their slots by %v; kept %v", len(seen), late, completed)
+	b, err := c.Dynamic.Resource(mcbGVR).Namespace(ns).Get(ctx, completed[len(completed)-1], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := readBackup(b); st.Reason != "FromPrimary" || st.Member != primary.Name || !strings.Contains(st.Message, "no replica was in sync") {
+		t.Errorf("a backup of a one-member cache: reason %q member %q message %q; want FromPrimary from %s", st.Reason, st.Member, st.Message, primary.Name)
+	}
+
+	// Missed slots while the operator is away: one backup when it is back.
+	op.stop(syscall.SIGTERM)
+	stopped := time.Now()
+	framework.Eventually(t, time.Minute, "three slots to pass with the operator stopped", func() (bool, string, error) {
+		return time.Since(stopped) > 65*time.Second, time.Since(stopped).Round(time.Second).String(), nil
+	})
+	before := len(seen)
+	seen.look(t, c, ns, "sched")
+	if len(seen) != before {
+		t.Fatalf("scheduled backups were created while the operator was stopped: %d -> %d", before, len(seen))
+	}
+	restarted := time.Now()
+	startOperator(t, c)
+	var caughtUp time.Time
+	framework.Eventually(t, 30*time.Second, "one backup for the missed slots", func() (bool, string, error) {
+		seen.look(t, c, ns, "sched")
+		var since []string
+		for name, created := range seen {
+			if !created.Before(restarted.Add(-time.Second)) {
+				since = append(since, name)
+				caughtUp = created
+			}
+		}
+		return len(since) == 1, fmt.Sprintf("created since the restart: %v", since), nil
+	})
+	t.Logf("the operator, back %s after stopping (3 slots missed), created one backup %s after its start",
+		restarted.Sub(stopped).Round(time.Second), caughtUp.Sub(restarted).Round(100*time.Millisecond))
+	framework.Eventually(t, 30*time.Second, "the next slot, 20 s after the catch-up", func() (bool, string, error) {
+		return time.Since(caughtUp) > 15*time.Second, "", nil
+	})
+	var since []string
+	seen.look(t, c, ns, "sched")
+	for name, created := range seen {
+		if !created.Before(restarted.Add(-time.Second)) {
+			since = append(since, name)
+		}
+	}
+	if len(since) != 1 {
+		t.Errorf("%d backups created within 15 s of the catch-up (%v); want one for all the missed slots", len(since), since)
+	}
+}
