@@ -95,7 +95,7 @@ func TestBackupScheduleAndRetention(t *testing.T) {
 	// Missed slots while the operator is away: one backup when it is back.
 	op.stop(syscall.SIGTERM)
 	stopped := time.Now()
-	framework.Eventually(t, time.Minute, "three slots to pass with the operator stopped", func() (bool, string, error) {
+	framework.Eventually(t, 2*time.Minute, "three slots to pass with the operator stopped", func() (bool, string, error) {
 		return time.Since(stopped) > 65*time.Second, time.Since(stopped).Round(time.Second).String(), nil
 	})
 	before := len(seen)

@@ -29,7 +29,7 @@ var unobservable = func() map[string]string {
 	}
 	// client-go 1.37 informers fill their caches with a streaming watch (WatchListClient); they
 	// fall back to a plain list on API servers that do not offer it.
-	for _, r := range []string{"cache.example.com/managedcaches", "/secrets", "/configmaps", "/services", "apps/statefulsets", "policy/poddisruptionbudgets", "/pods"} {
+	for _, r := range []string{"cache.example.com/managedcaches", "cache.example.com/managedcachebackups", "batch/jobs", "/secrets", "/configmaps", "/services", "apps/statefulsets", "policy/poddisruptionbudgets", "/pods"} {
 		m[r+" list"] = "the informers' fallback when the API server offers no streaming list"
 	}
 	return m
@@ -204,6 +204,37 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 		log, _ := os.ReadFile(op.log)
 		renewed := strings.Contains(string(log), "Renewed webhook certificates")
 		return *vwc.Webhooks[0].TimeoutSeconds == 5 && renewed, fmt.Sprintf("timeout %d, renewed %v", *vwc.Webhooks[0].TimeoutSeconds, renewed), nil
+	})
+	// Backups: a store's Secret read, Jobs created, backups' status written, one created by the
+	// schedule, one deleted by retention, the rest with the cache (onDelete: Delete).
+	c.StoreSecret(t, ns, "store", c.ObjectStore(t), nil)
+	createCacheV2(t, c, ns, "bk", v2Spec(1, map[string]interface{}{
+		"backup": map[string]interface{}{"store": map[string]interface{}{"secretName": "store"}, "keep": int64(1), "onDelete": "Delete", "schedule": "@every 15s"},
+	}))
+	waitReady(t, c, ns, "bk", 1, 2*time.Minute)
+	createBackup(t, c, ns, "bk-first", "bk")
+	if st := waitBackup(t, c, ns, "bk-first", 2*time.Minute); st.Phase != "Completed" {
+		t.Fatalf("backup as the ServiceAccount: %+v", st)
+	}
+	framework.Eventually(t, 2*time.Minute, "a scheduled backup completed and the first deleted by retention", func() (bool, string, error) {
+		l, err := c.Dynamic.Resource(mcbGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		var names []string
+		first := false
+		for _, b := range l.Items {
+			names = append(names, b.GetName()+"="+readBackup(&b).Phase)
+			first = first || b.GetName() == "bk-first"
+		}
+		return !first && len(l.Items) >= 1, fmt.Sprint(names), nil
+	})
+	if err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Delete(ctx, "bk", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, "bk deleted with its backups", func() (bool, string, error) {
+		gone, err := isGone(c, mcV2GVR, ns, "bk")
+		return gone, "", err
 	})
 	if err := c.Dynamic.Resource(mcGVR).Namespace(ns).Delete(ctx, "m", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

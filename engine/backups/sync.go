@@ -203,7 +203,16 @@ func (c *Controller) start(ctx context.Context, mc *unstructured.Unstructured, s
 	if err != nil {
 		return 0, c.fail(ctx, mc, b, backupStatus{}, "RenderFailed", err.Error())
 	}
-	if _, err := c.client.Resource(api.JobResource).Namespace(mc.GetNamespace()).Create(ctx, job, metav1.CreateOptions{FieldManager: api.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+	_, err = c.client.Resource(api.JobResource).Namespace(mc.GetNamespace()).Create(ctx, job, metav1.CreateOptions{FieldManager: api.FieldManager})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		// Started by an earlier pass whose status write the informer does not show yet: wait
+		// for it, unless the Job is old enough that the write must have been lost (the operator
+		// stopped between the two), which is then made now.
+		if existing := c.job(mc.GetNamespace(), jobName); existing == nil || c.opts.Now().Sub(existing.GetCreationTimestamp().Time) < 10*time.Second {
+			return 2 * time.Second, nil
+		}
+	case err != nil:
 		return 0, fmt.Errorf("Job/%s/%s: %w", mc.GetNamespace(), jobName, err)
 	}
 	reason, msg := ReasonFromReplica, fmt.Sprintf("streaming replica %s, in sync with the primary", member)

@@ -1,0 +1,207 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"example.com/cache-operator/e2e/framework"
+)
+
+// latencyProbe writes one key every interval to the primary (database 1, apart from the data
+// compared), recording each acknowledged write's latency and time; bounded by maxTime.
+type latencyProbe struct {
+	mu      sync.Mutex
+	samples []latencySample
+	errors  int
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+type latencySample struct {
+	at  time.Time
+	lat time.Duration
+}
+
+func startLatencyProbe(cl *redis.Client, interval, maxTime time.Duration) *latencyProbe {
+	p := &latencyProbe{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		ctx := context.Background()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		deadline := time.Now().Add(maxTime)
+		for n := 0; time.Now().Before(deadline); n++ {
+			select {
+			case <-p.stop:
+				return
+			case <-tick.C:
+			}
+			start := time.Now()
+			err := cl.Set(ctx, fmt.Sprintf("probe:%d", n%1000), n, 0).Err()
+			p.mu.Lock()
+			if err != nil {
+				p.errors++
+			} else {
+				p.samples = append(p.samples, latencySample{start, time.Since(start)})
+			}
+			p.mu.Unlock()
+		}
+	}()
+	return p
+}
+
+func (p *latencyProbe) halt() { p.once.Do(func() { close(p.stop) }); <-p.done }
+
+// p99 is the 99th percentile latency of the writes acknowledged in [from, to), and their count.
+func (p *latencyProbe) p99(from, to time.Time) (time.Duration, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ds []time.Duration
+	for _, s := range p.samples {
+		if !s.at.Before(from) && s.at.Before(to) {
+			ds = append(ds, s.lat)
+		}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	return ds[(len(ds)*99)/100], len(ds)
+}
+
+// fillBytes writes about total bytes of incompressible values of size bytes each (database 0).
+func fillBytes(t *testing.T, cl *redis.Client, total, size int) int {
+	t.Helper()
+	ctx := context.Background()
+	rng := rand.New(rand.NewSource(42))
+	n := total / size
+	value := make([]byte, size)
+	pipe := cl.Pipeline()
+	for i := 0; i < n; i++ {
+		rng.Read(value)
+		pipe.Set(ctx, fmt.Sprintf("big:%06d", i), string(value), 0)
+		if i%256 == 255 || i == n-1 {
+			if _, err := pipe.Exec(ctx); err != nil {
+				t.Fatalf("filling: %v", err)
+			}
+		}
+	}
+	return n
+}
+
+// A dataset of 1 GiB on a size-3 cache under a steady writer: the backup's time, the primary's
+// p99 write latency before and during it (the backup is taken from a replica: no fork on the
+// primary), the operator's RSS before and during; then its restore into a new cache: the time to
+// Ready, and the same keys and values. Targets (local): backup <= 60 s, restore to Ready <= 60 s,
+// p99 during <= 2x before, RSS growth < 10 MiB.
+func TestBackupOneGiB(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	op := startOperator(t, c)
+	ns := c.RealNamespace(t, "large")
+	deleteCachesOnCleanup(t, c, ns)
+	store := c.ObjectStore(t)
+	c.StoreSecret(t, ns, "store", store, nil)
+	spec := func(extra map[string]interface{}) map[string]interface{} {
+		s := v2Spec(3, extra)
+		s["storage"] = map[string]interface{}{"size": "6Gi"} // maxmemory: half the volume
+		return s
+	}
+	createCacheV2(t, c, ns, "big", spec(map[string]interface{}{
+		"backup": map[string]interface{}{"store": map[string]interface{}{"secretName": "store"}, "onDelete": "Delete"},
+	}))
+	dumpMembersOnFailure(t, c, ns, "big")
+	primary := waitWhole(t, c, ns, "big", 3, 3*time.Minute)
+	pc := memberClient(t, c, ns, "big", primary.Name)
+	start := time.Now()
+	keys := fillBytes(t, pc, 1<<30, 16<<10)
+	t.Logf("filled %d keys of 16 KiB (1 GiB) in %s", keys, time.Since(start).Round(100*time.Millisecond))
+	want := fingerprint(t, pc)
+	framework.Eventually(t, 3*time.Minute, "replicas caught up", func() (bool, string, error) {
+		mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, "big", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		s, r, _ := readyReason(mc)
+		_, deg, _ := condition(t, c, ns, "big", "Degraded")
+		return s == "True" && deg == "False", "Ready " + s + " " + r + ", Degraded " + deg, nil
+	})
+
+	probeClient := redis.NewClient(&redis.Options{Addr: primary.Status.PodIP + ":6379", Password: password(t, c, ns, "big"), DB: 1})
+	defer probeClient.Close()
+	probe := startLatencyProbe(probeClient, 5*time.Millisecond, 5*time.Minute)
+	defer probe.halt()
+	beforeFrom := time.Now()
+	framework.Eventually(t, 20*time.Second, "10 s of writes before the backup", func() (bool, string, error) {
+		return time.Since(beforeFrom) >= 10*time.Second, "", nil
+	})
+	rssBefore, err := framework.RSSMiB(op.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forks := infoStat(t, c, ns, "big", primary.Status.PodIP, "stats", "total_forks")
+	backupStart := time.Now()
+	createBackup(t, c, ns, "full", "big")
+	rssMax := rssBefore
+	var st backupStatus
+	framework.Eventually(t, 5*time.Minute, "the 1 GiB backup to finish", func() (bool, string, error) {
+		if r, err := framework.RSSMiB(op.cmd.Process.Pid); err == nil && r > rssMax {
+			rssMax = r
+		}
+		b, err := c.Dynamic.Resource(mcbGVR).Namespace(ns).Get(ctx, "full", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		st = readBackup(b)
+		return st.Phase == "Completed" || st.Phase == "Failed", st.Phase + " " + st.Message, nil
+	})
+	backupEnd := time.Now()
+	took := backupEnd.Sub(backupStart)
+	p99Before, nBefore := probe.p99(beforeFrom, backupStart)
+	p99During, nDuring := probe.p99(backupStart, backupEnd)
+	after := infoStat(t, c, ns, "big", primary.Status.PodIP, "stats", "total_forks")
+	t.Logf("1 GiB backup: %s in %s (%d bytes, %d keys, from %s, %s); primary p99 write latency %s before (%d writes), %s during (%d writes, %d errors); primary forks %s -> %s; operator RSS %.1f MiB before, %.1f MiB at most during (+%.1f MiB)",
+		st.Phase, took.Round(100*time.Millisecond), st.Bytes, st.Keys, st.Member, st.Reason, p99Before, nBefore, p99During, nDuring, probe.errors, forks, after, rssBefore, rssMax, rssMax-rssBefore)
+	if st.Phase != "Completed" || st.Reason != "FromReplica" {
+		t.Fatalf("backup %s (%s): %s", st.Phase, st.Reason, st.Message)
+	}
+	if st.Keys < want.Keys {
+		t.Errorf("the backup records %d keys; the source held %d in database 0 alone", st.Keys, want.Keys)
+	}
+	if after != forks {
+		t.Errorf("the primary forked during the backup (total_forks %s -> %s)", forks, after)
+	}
+	if took > 60*time.Second {
+		t.Errorf("the 1 GiB backup took %s; target 60 s", took.Round(time.Second))
+	}
+	if p99During > 2*p99Before && p99During > 5*time.Millisecond {
+		t.Errorf("the primary's p99 write latency rose from %s to %s during the backup; target within 2x (or under 5 ms)", p99Before, p99During)
+	}
+	if rssMax-rssBefore >= 10 {
+		t.Errorf("the operator's RSS grew by %.1f MiB during the backup; target < 10 MiB", rssMax-rssBefore)
+	}
+	probe.halt()
+
+	restoreStart := time.Now()
+	createCacheV2(t, c, ns, "copy", spec(map[string]interface{}{"restore": map[string]interface{}{"backup": "full"}}))
+	dumpMembersOnFailure(t, c, ns, "copy")
+	cp := waitWhole(t, c, ns, "copy", 3, 5*time.Minute)
+	ready := time.Since(restoreStart)
+	got := fingerprint(t, memberClient(t, c, ns, "copy", cp.Name))
+	t.Logf("restore of 1 GiB into a new size-3 cache: Ready in %s; %s (source %s)", ready.Round(100*time.Millisecond), got, want)
+	if got != want || cp.Name != "copy-0" {
+		t.Errorf("restored %s on %s; want %s on copy-0", got, cp.Name, want)
+	}
+	if ready > 60*time.Second {
+		t.Errorf("the restore took %s to Ready; target 60 s", ready.Round(time.Second))
+	}
+}
