@@ -120,3 +120,25 @@ func TestNextBackoff(t *testing.T) {
 		}
 	}
 }
+
+// FallbackToLogsOnError takes the end of the container's log, without the CRI prefixes, as the
+// kubelet does.
+func TestLogTail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "0.log")
+	var b strings.Builder
+	for i := 0; i < 100; i++ {
+		fmt.Fprintf(&b, "2026-12-03T02:00:00.000000000Z stdout F line %d\n", i)
+	}
+	b.WriteString("2026-12-03T02:00:00.000000000Z stderr P partial \n")
+	b.WriteString("2026-12-03T02:00:00.000000000Z stderr F restore failed: corrupt\n")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := logTail(path)
+	if !strings.HasSuffix(got, "line 99\npartial restore failed: corrupt") || strings.Contains(got, "line 21\n") || strings.Contains(got, "stdout") {
+		t.Errorf("logTail = %q", got)
+	}
+	if logTail(filepath.Join(t.TempDir(), "none")) != "" {
+		t.Error("a missing log gave a message")
+	}
+}
