@@ -200,11 +200,18 @@ func condition(t *testing.T, c *framework.Cluster, ns, name, typ string) (string
 // waitCondition waits until the cache's condition typ has status and reason.
 func waitCondition(t *testing.T, c *framework.Cluster, ns, name, typ, status, reason string, timeout time.Duration) string {
 	t.Helper()
+	return waitConditionSaying(t, c, ns, name, typ, status, reason, "", timeout)
+}
+
+// waitConditionSaying waits until the cache's condition typ has status and reason, and its
+// message contains text.
+func waitConditionSaying(t *testing.T, c *framework.Cluster, ns, name, typ, status, reason, text string, timeout time.Duration) string {
+	t.Helper()
 	var msg string
-	framework.Eventually(t, timeout, fmt.Sprintf("%s/%s condition %s=%s (%s)", ns, name, typ, status, reason), func() (bool, string, error) {
+	framework.Eventually(t, timeout, fmt.Sprintf("%s/%s condition %s=%s (%s) saying %q", ns, name, typ, status, reason, text), func() (bool, string, error) {
 		s, r, m := condition(t, c, ns, name, typ)
 		msg = m
-		return s == status && r == reason, fmt.Sprintf("%s=%s reason %s: %s", typ, s, r, m), nil
+		return s == status && r == reason && strings.Contains(m, text), fmt.Sprintf("%s=%s reason %s: %s", typ, s, r, m), nil
 	})
 	return msg
 }
