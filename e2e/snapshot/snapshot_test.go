@@ -1,4 +1,8 @@
-package snapshot
+// Package snapshot_test runs the backup and restore commands' code (package engine/snapshot)
+// against the real programs: Debian's redis-server and the local cluster's object store
+// (bin/cluster/objectstore), without a cluster. It runs with the end-to-end tests (CACHE_E2E=1),
+// after make cluster-bin has built the store.
+package snapshot_test
 
 import (
 	"bytes"
@@ -8,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,8 +20,10 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/redis/go-redis/v9"
 
+	"example.com/cache-operator/e2e/framework"
 	"example.com/cache-operator/engine/dataset"
 	"example.com/cache-operator/engine/objectstore"
+	"example.com/cache-operator/engine/snapshot"
 )
 
 // These tests run the real programs: redis-server (Debian's, make prereqs) and the local
@@ -34,9 +39,14 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func repoRoot(t *testing.T) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+func requireE2E(t *testing.T) {
+	t.Helper()
+	if os.Getenv("CACHE_E2E") != "1" {
+		t.Skip("end-to-end test: run with `make test-e2e` (CACHE_E2E=1)")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal("no redis-server (make prereqs installs it)")
+	}
 }
 
 // startProcess runs cmd until the test ends and waits until addr accepts connections.
@@ -89,9 +99,9 @@ func startServer(t *testing.T, dir string, replicaOf int) (string, *redis.Client
 
 func startStore(t *testing.T) objectstore.Store {
 	t.Helper()
-	bin := filepath.Join(repoRoot(t), "bin", "cluster", "objectstore")
+	bin := filepath.Join(framework.RepoRoot(), "bin", "cluster", "objectstore")
 	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("no %s (make cluster-bin builds it)", bin)
+		t.Fatalf("no %s (make cluster-bin builds it)", bin)
 	}
 	port := freePort(t)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
@@ -199,9 +209,7 @@ func infoField(info, name string) string {
 }
 
 func TestBackupFromReplicaAndRestore(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("no redis-server (make prereqs installs it)")
-	}
+	requireE2E(t)
 	store := startStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -217,8 +225,8 @@ func TestBackupFromReplicaAndRestore(t *testing.T) {
 	forksBefore := infoField(primary.Info(ctx, "stats").Val(), "total_forks")
 
 	key := store.ObjectKey("shop", "sessions", "b1")
-	m, err := Backup(ctx, BackupOptions{
-		Source: Source{Addr: rAddr, User: "internal", Password: internalPassword},
+	m, err := snapshot.Backup(ctx, snapshot.BackupOptions{
+		Source: snapshot.Source{Addr: rAddr, User: "internal", Password: internalPassword},
 		Store:  store, Key: key,
 		Manifest: objectstore.Manifest{Namespace: "shop", Cache: "sessions", Backup: "b1", Member: "sessions-1"},
 	})
@@ -240,7 +248,7 @@ func TestBackupFromReplicaAndRestore(t *testing.T) {
 
 	// Restore into an empty directory; a server started on it holds the same data.
 	dir := t.TempDir()
-	res, err := Restore(ctx, RestoreOptions{Store: store, Key: key, DataDir: dir, SHA256: m.SHA256, Bytes: m.Bytes})
+	res, err := snapshot.Restore(ctx, snapshot.RestoreOptions{Store: store, Key: key, DataDir: dir, SHA256: m.SHA256, Bytes: m.Bytes})
 	if err != nil {
 		t.Fatalf("restore: %v", err)
 	}
@@ -258,7 +266,7 @@ func TestBackupFromReplicaAndRestore(t *testing.T) {
 	}
 	t.Logf("source %v; restored %v", want, got)
 	// Again: the marker says it is done, and nothing is touched.
-	if res, err := Restore(ctx, RestoreOptions{Store: store, Key: key, DataDir: dir, SHA256: m.SHA256}); err != nil || !res.Skipped {
+	if res, err := snapshot.Restore(ctx, snapshot.RestoreOptions{Store: store, Key: key, DataDir: dir, SHA256: m.SHA256}); err != nil || !res.Skipped {
 		t.Errorf("a second restore: %+v, %v; want it skipped", res, err)
 	}
 }
@@ -281,9 +289,7 @@ func waitLoaded(t *testing.T, c *redis.Client) {
 // A corrupt or truncated object, or one the manifest does not vouch for, is refused, and the data
 // directory stays empty: the server would start empty, never as if restored.
 func TestRestoreRefusesCorruptAndTruncatedObjects(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("no redis-server (make prereqs installs it)")
-	}
+	requireE2E(t)
 	store := startStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -291,7 +297,7 @@ func TestRestoreRefusesCorruptAndTruncatedObjects(t *testing.T) {
 	pAddr := primary.Options().Addr
 	fill(t, primary, 3000)
 	key := store.ObjectKey("shop", "sessions", "good")
-	m, err := Backup(ctx, BackupOptions{Source: Source{Addr: pAddr, User: "internal", Password: internalPassword}, Store: store, Key: key,
+	m, err := snapshot.Backup(ctx, snapshot.BackupOptions{Source: snapshot.Source{Addr: pAddr, User: "internal", Password: internalPassword}, Store: store, Key: key,
 		Manifest: objectstore.Manifest{Namespace: "shop", Cache: "sessions", Backup: "good", Member: "sessions-0", FromPrimary: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -327,7 +333,7 @@ func TestRestoreRefusesCorruptAndTruncatedObjects(t *testing.T) {
 				t.Fatal(err)
 			}
 			dir := t.TempDir()
-			_, err := Restore(ctx, RestoreOptions{Store: store, Key: bad, DataDir: dir, SHA256: c.sha, Bytes: m.Bytes})
+			_, err := snapshot.Restore(ctx, snapshot.RestoreOptions{Store: store, Key: bad, DataDir: dir, SHA256: c.sha, Bytes: m.Bytes})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("restore of a %s object: %v; want an error saying %q", c.name, err, c.want)
 			}
@@ -338,7 +344,7 @@ func TestRestoreRefusesCorruptAndTruncatedObjects(t *testing.T) {
 		})
 	}
 	// A missing object.
-	if _, err := Restore(ctx, RestoreOptions{Store: store, Key: "nope.rdb", DataDir: t.TempDir(), SHA256: m.SHA256}); err == nil {
+	if _, err := snapshot.Restore(ctx, snapshot.RestoreOptions{Store: store, Key: "nope.rdb", DataDir: t.TempDir(), SHA256: m.SHA256}); err == nil {
 		t.Error("a restore of a missing object succeeded")
 	}
 }
