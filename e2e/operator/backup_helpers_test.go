@@ -59,7 +59,7 @@ func createBackup(t *testing.T, c *framework.Cluster, ns, name, cache string) {
 // backupStatus is a ManagedCacheBackup's status, as the test reads it.
 type backupStatus struct {
 	Phase, Reason, Message, Member, Location, Checksum, Engine, Version, StartTime, EndTime string
-	Bytes, Keys                                                                            int64
+	Bytes, Keys                                                                             int64
 }
 
 func readBackup(b *unstructured.Unstructured) backupStatus {

@@ -343,7 +343,7 @@ func TestBackupJobGolden(t *testing.T) {
 	backup.SetUID("00000000-0000-0000-0000-0000000000b1")
 	job, err := r.BackupJobFor(mc, backup, spec, testConfig, BackupJob{
 		Name: backup.GetName(), JobName: api.BackupJobName(backup.GetName()), Member: mc.GetName() + "-2",
-		MemberHost: mc.GetName() + "-2." + mc.GetName() + "." + mc.GetNamespace() + ".svc.cluster.local",
+		MemberHost:  mc.GetName() + "-2." + mc.GetName() + "." + mc.GetNamespace() + ".svc.cluster.local",
 		StoreSecret: "cache-backups", ObjectKey: mc.GetNamespace() + "/" + mc.GetName() + "/" + backup.GetName() + ".rdb",
 	})
 	if err != nil {
