@@ -105,6 +105,7 @@ func TestBackupScheduleAndRetention(t *testing.T) {
 	}
 	restarted := time.Now()
 	startOperator(t, c)
+	deleteCachesOnCleanup(t, c, ns) // again: cleanups run last first, this one while this operator runs (onDelete: Delete)
 	var caughtUp time.Time
 	framework.Eventually(t, 30*time.Second, "one backup for the missed slots", func() (bool, string, error) {
 		seen.look(t, c, ns, "sched")
