@@ -11,7 +11,10 @@ DEV_CLUSTER := CLUSTER_NAME=cache-dev CLUSTER_DIR=$(ROOT)/.cluster
 # The test cluster's nodes cap CrashLoopBackOff at 5 s (the kubelet's maxContainerRestartPeriod):
 # the failover tests kill the same members ten times each. 5 s, not less: the operator has failed
 # over (p50 1.5 s) before the killed primary's container comes back, the case those tests measure.
-TEST_CLUSTER := CLUSTER_NAME=cache-test CLUSTER_DIR=$(ROOT)/.cluster-test MAX_RESTART_PERIOD=5s
+# Its object store keeps its folder outside the cluster's (OBJECTSTORE_DIR), so that a test can
+# restore a backup into a new cluster from the bucket alone.
+TEST_OBJECTSTORE := $(ROOT)/.test/objectstore
+TEST_CLUSTER := CLUSTER_NAME=cache-test CLUSTER_DIR=$(ROOT)/.cluster-test MAX_RESTART_PERIOD=5s OBJECTSTORE_DIR=$(TEST_OBJECTSTORE)
 GO_TEST_FLAGS ?= -count=1
 # Every go command here builds as make cluster-bin does (no cgo, -trimpath). The build cache is keyed
 # on those flags, so the packages the operator shares with the cluster binaries (client-go,
@@ -79,8 +82,10 @@ test-unit: ## unit and golden-file tests (no cluster), the operator's and the no
 
 test-e2e: cluster-bin ## end-to-end tests on a fresh cluster cache-test (deleted afterwards)
 	@$(TEST_CLUSTER) hack/cluster/cluster.sh down >/dev/null
+	@rm -rf $(TEST_OBJECTSTORE)
 	@$(TEST_CLUSTER) hack/cluster/cluster.sh up
 	$(E2E_ENV) $(GO) test $(GO_TEST_FLAGS) -p 1 -timeout 45m -v ./e2e/... ./bench/
+	$(E2E_ENV) CACHE_E2E_LIFECYCLE=1 $(GO) test $(GO_TEST_FLAGS) -v -run TestRestoreIntoAFreshCluster ./e2e/lifecycle/
 	$(E2E_ENV) CACHE_E2E_LIFECYCLE=1 $(GO) test $(GO_TEST_FLAGS) -v -run TestClusterLifecycle ./e2e/lifecycle/
 
 FAULTS ?= 60
@@ -95,7 +100,7 @@ chaos: prereqs cluster-bin ## the fault campaign: FAULTS randomized faults (defa
 	@$(TEST_CLUSTER) hack/cluster/cluster.sh down >/dev/null
 	@cat .test/chaos.md
 
-E2E_ENV := CACHE_E2E=1 CACHE_E2E_CLUSTER_DIR=$(ROOT)/.cluster-test CACHE_E2E_CLUSTER_NAME=cache-test
+E2E_ENV := CACHE_E2E=1 CACHE_E2E_CLUSTER_DIR=$(ROOT)/.cluster-test CACHE_E2E_CLUSTER_NAME=cache-test OBJECTSTORE_DIR=$(TEST_OBJECTSTORE)
 
 ##@ Benchmarks
 N ?= 100
