@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -94,6 +95,18 @@ func (c *Controller) finalize(ctx context.Context, mc *unstructured.Unstructured
 	if i < 0 {
 		return nil
 	}
+	// The cleanup deletes state outside the cluster: read the cache live first, so that a cache
+	// someone released meanwhile (the escape hatch: finalizers emptied) keeps its objects, even
+	// when the informer has not seen it go yet.
+	live, err := c.client.Resource(api.Resource).Namespace(mc.GetNamespace()).Get(ctx, mc.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && (live.GetUID() != mc.GetUID() || finalizerIndex(live) < 0)) {
+		klog.FromContext(ctx).Info("The cache was released meanwhile; its cleanup is skipped")
+		return nil
+	}
+	if err != nil {
+		return ssa.Errorf(mc, "reading the cache before its cleanup: %w", err)
+	}
+	mc, i = live, finalizerIndex(live)
 	for _, cleanup := range c.cleanups {
 		if err := cleanup(ctx, mc); err != nil {
 			return ssa.Errorf(mc, "cleanup before deletion: %w", err)
@@ -102,6 +115,6 @@ func (c *Controller) finalize(ctx context.Context, mc *unstructured.Unstructured
 	if err := c.cleanupBackups(ctx, mc); err != nil {
 		return ssa.Errorf(mc, "cleanup before deletion: %w", err)
 	}
-	_, err := c.patchFinalizers(ctx, mc, "removing finalizer", removeFinalizerPatch(i))
+	_, err = c.patchFinalizers(ctx, mc, "removing finalizer", removeFinalizerPatch(i))
 	return err
 }
