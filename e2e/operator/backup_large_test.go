@@ -89,7 +89,7 @@ func fillBytes(t *testing.T, cl *redis.Client, total, size int) int {
 	for i := 0; i < n; i++ {
 		rng.Read(value)
 		pipe.Set(ctx, fmt.Sprintf("big:%06d", i), string(value), 0)
-		if i%256 == 255 || i == n-1 {
+		if i%512 == 511 || i == n-1 {
 			if _, err := pipe.Exec(ctx); err != nil {
 				t.Fatalf("filling: %v", err)
 			}
@@ -132,8 +132,25 @@ func TestBackupOneGiB(t *testing.T) {
 			return false, "", err
 		}
 		s, r, _ := readyReason(mc)
-		_, deg, _ := condition(t, c, ns, "big", "Degraded")
-		return s == "True" && deg == "False", "Ready " + s + " " + r + ", Degraded " + deg, nil
+		deg, why, _ := condition(t, c, ns, "big", "Degraded")
+		return s == "True" && deg == "False", "Ready " + s + " " + r + ", Degraded " + deg + " " + why, nil
+	})
+	// The AOF rewrites the fill set off (each member forks for its own) are over: the forks
+	// counted during the backup are the backup's.
+	framework.Eventually(t, 5*time.Minute, "no member rewriting its AOF", func() (bool, string, error) {
+		var busy []string
+		for i := 0; i < 3; i++ {
+			p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, fmt.Sprintf("big-%d", i), metav1.GetOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			for _, f := range []string{"aof_rewrite_in_progress", "aof_rewrite_scheduled", "rdb_bgsave_in_progress"} {
+				if v := infoStat(t, c, ns, "big", p.Status.PodIP, "persistence", f); v != "0" {
+					busy = append(busy, p.Name+" "+f)
+				}
+			}
+		}
+		return len(busy) == 0, fmt.Sprint(busy), nil
 	})
 
 	probeClient := redis.NewClient(&redis.Options{Addr: primary.Status.PodIP + ":6379", Password: password(t, c, ns, "big"), DB: 1})
