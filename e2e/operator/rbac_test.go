@@ -205,8 +205,11 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 		renewed := strings.Contains(string(log), "Renewed webhook certificates")
 		return *vwc.Webhooks[0].TimeoutSeconds == 5 && renewed, fmt.Sprintf("timeout %d, renewed %v", *vwc.Webhooks[0].TimeoutSeconds, renewed), nil
 	})
-	// Backups: a store's Secret read, Jobs created, backups' status written, one created by the
-	// schedule, one deleted by retention, the rest with the cache (onDelete: Delete).
+	// Backups (on the real nodes: a KWOK Job runs nothing): a store's Secret read, Jobs created,
+	// backups' status written, one created by the schedule, one deleted by retention, the rest
+	// with the cache (onDelete: Delete).
+	outer := ns
+	ns = c.RealNamespace(t, "rbac-backup")
 	c.StoreSecret(t, ns, "store", c.ObjectStore(t), nil)
 	createCacheV2(t, c, ns, "bk", v2Spec(1, map[string]interface{}{
 		"backup": map[string]interface{}{"store": map[string]interface{}{"secretName": "store"}, "keep": int64(1), "onDelete": "Delete", "schedule": "@every 15s"},
@@ -236,6 +239,7 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 		gone, err := isGone(c, mcV2GVR, ns, "bk")
 		return gone, "", err
 	})
+	ns = outer
 	if err := c.Dynamic.Resource(mcGVR).Namespace(ns).Delete(ctx, "m", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -274,6 +275,9 @@ func (c *Controller) watch(ctx context.Context, mc *unstructured.Unstructured, b
 		}
 		key := strings.TrimPrefix(st.Location, "s3://"+store.Bucket+"/")
 		m, err := objectstore.ReadManifest(ctx, cl, store.Bucket, key)
+		if minio.ToErrorResponse(errors.Unwrap(err)).Code == "NoSuchKey" || minio.ToErrorResponse(err).Code == "NoSuchKey" {
+			return 0, c.fail(ctx, mc, b, st, ReasonManifestUnreadable, "the Job completed but "+objectstore.ManifestKey(st.Location)+" does not exist: the backup did not finish")
+		}
 		if err != nil {
 			return 0, fmt.Errorf("ManagedCacheBackup/%s/%s: reading the manifest: %w", b.GetNamespace(), b.GetName(), err)
 		}
