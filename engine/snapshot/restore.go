@@ -2,15 +2,12 @@ package snapshot
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/minio/minio-go/v7"
 
@@ -107,25 +104,17 @@ func Restore(ctx context.Context, o RestoreOptions) (Restored, error) {
 	if err != nil {
 		return done, err
 	}
-	hash := sha256.New()
-	count := &counter{progress: o.Progress, last: time.Now()}
-	pr, pw := io.Pipe()
-	scanned := make(chan scanResult, 1)
-	go func() {
-		info, err := ScanRDB(pr)
-		_, _ = io.Copy(io.Discard, pr)
-		scanned <- scanResult{info, err}
-	}()
-	_, err = io.Copy(f, io.TeeReader(obj, io.MultiWriter(hash, count, pw)))
-	pw.CloseWithError(err)
-	scan := <-scanned
+	w := newWatched(obj, o.Progress)
+	_, err = io.Copy(f, w)
+	scan := w.finish(err)
+	count := w.count
 	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	got := hex.EncodeToString(hash.Sum(nil))
+	got := w.sum()
 	var resp minio.ErrorResponse
 	switch {
 	case errors.As(err, &resp) && resp.Code == "NoSuchKey":

@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"io"
 	"time"
 
@@ -81,21 +82,11 @@ func Backup(ctx context.Context, o BackupOptions) (objectstore.Manifest, error) 
 	if err != nil {
 		return m, err
 	}
-	hash := sha256.New()
-	count := &counter{progress: o.Progress, last: time.Now()}
-	pr, pw := io.Pipe()
-	scanned := make(chan scanResult, 1)
-	go func() {
-		info, err := ScanRDB(pr)
-		_, _ = io.Copy(io.Discard, pr) // the rest, when a module's value ended the scan
-		scanned <- scanResult{info, err}
-	}()
-	body := io.TeeReader(rdb, io.MultiWriter(hash, count, pw))
-	_, err = cl.PutObject(ctx, o.Store.Bucket, o.Key, body, -1, minio.PutObjectOptions{
+	w := newWatched(rdb, o.Progress)
+	_, err = cl.PutObject(ctx, o.Store.Bucket, o.Key, w, -1, minio.PutObjectOptions{
 		ContentType: "application/octet-stream", PartSize: PartSize, NumThreads: 1, SendContentMd5: true,
 	})
-	pw.CloseWithError(err)
-	scan := <-scanned
+	scan := w.finish(err)
 	if err != nil {
 		return m, fmt.Errorf("uploading to %s: %w", o.Store.Location(o.Key), err)
 	}
@@ -107,12 +98,12 @@ func Backup(ctx context.Context, o BackupOptions) (objectstore.Manifest, error) 
 	if err != nil {
 		return m, fmt.Errorf("checking the uploaded object: %w", err)
 	}
-	if st.Size != count.n {
-		return m, fmt.Errorf("the store holds %d bytes of the %d sent", st.Size, count.n)
+	if st.Size != w.count.n {
+		return m, fmt.Errorf("the store holds %d bytes of the %d sent", st.Size, w.count.n)
 	}
 	m.End = time.Now().UTC().Truncate(time.Second)
-	m.Bytes, m.Keys, m.RDBVersion = count.n, scan.info.Keys, scan.info.Version
-	m.SHA256 = hex.EncodeToString(hash.Sum(nil))
+	m.Bytes, m.Keys, m.RDBVersion = w.count.n, scan.info.Keys, scan.info.Version
+	m.SHA256 = w.sum()
 	if err := objectstore.WriteManifest(ctx, cl, o.Store.Bucket, o.Key, m); err != nil {
 		return m, fmt.Errorf("writing the manifest: %w", err)
 	}
@@ -123,3 +114,36 @@ type scanResult struct {
 	info RDBInfo
 	err  error
 }
+
+// watched reads a snapshot stream through: it counts the bytes, hashes them (SHA-256) and scans
+// them as a snapshot (ScanRDB, through a pipe, in a goroutine), with no buffer of its own.
+type watched struct {
+	r       io.Reader
+	hash    hash.Hash
+	count   *counter
+	pw      *io.PipeWriter
+	scanned chan scanResult
+}
+
+func newWatched(src io.Reader, progress func(int64)) *watched {
+	w := &watched{hash: sha256.New(), count: &counter{progress: progress, last: time.Now()}, scanned: make(chan scanResult, 1)}
+	pr, pw := io.Pipe()
+	w.pw = pw
+	go func() {
+		info, err := ScanRDB(pr)
+		_, _ = io.Copy(io.Discard, pr) // the rest, when a module's value ended the scan
+		w.scanned <- scanResult{info, err}
+	}()
+	w.r = io.TeeReader(src, io.MultiWriter(w.hash, w.count, pw))
+	return w
+}
+
+func (w *watched) Read(p []byte) (int, error) { return w.r.Read(p) }
+
+// finish ends the stream (with err, if reading it failed) and returns the scan's result.
+func (w *watched) finish(err error) scanResult {
+	w.pw.CloseWithError(err)
+	return <-w.scanned
+}
+
+func (w *watched) sum() string { return hex.EncodeToString(w.hash.Sum(nil)) }
