@@ -6,7 +6,10 @@ tls-cert-file: no restart); clients authenticate with passwords, not certificate
 (tls-auth-clients no); replicas reach their primary over TLS. A cache that had TLS keeps its
 files (.TLS.Mounted) while it serves plain text, and a replica reaches its primary in the
 primary's mode (the operator sets tls-replication live), so that a roll that turns TLS on or off
-keeps every member replicating. The password is not here: the container appends it from the Secret at start, so it never
+keeps every member replicating. The data persists through the AOF alone (appendonly yes; save ""
+turns off the RDB snapshots, which would fork the primary every minute under writes: 10,000
+changes in 60 s); a snapshot is made only for a replica's sync or a backup, by the member that
+serves it. The password is not here: the container appends it from the Secret at start, so it never
 appears in the pod spec. The StatefulSet's pod template carries a checksum of this text, so a
 change rolls the pods.
 */}}
@@ -28,6 +31,7 @@ bind * -::*
 protected-mode no
 dir /data
 appendonly yes
+save ""
 {{- end }}
 
 {{/*

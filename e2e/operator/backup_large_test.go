@@ -166,6 +166,7 @@ func TestBackupOneGiB(t *testing.T) {
 		t.Fatal(err)
 	}
 	forks := infoStat(t, c, ns, "big", primary.Status.PodIP, "stats", "total_forks")
+	syncs := infoStat(t, c, ns, "big", primary.Status.PodIP, "stats", "sync_full")
 	backupStart := time.Now()
 	createBackup(t, c, ns, "full", "big")
 	rssMax := rssBefore
@@ -186,8 +187,12 @@ func TestBackupOneGiB(t *testing.T) {
 	p99Before, nBefore := probe.p99(beforeFrom, backupStart)
 	p99During, nDuring := probe.p99(backupStart, backupEnd)
 	after := infoStat(t, c, ns, "big", primary.Status.PodIP, "stats", "total_forks")
-	t.Logf("1 GiB backup: %s in %s (%d bytes, %d keys, from %s, %s); primary p99 write latency %s before (%d writes), %s during (%d writes, %d errors); primary forks %s -> %s; operator RSS %.1f MiB before, %.1f MiB at most during (+%.1f MiB)",
-		st.Phase, took.Round(100*time.Millisecond), st.Bytes, st.Keys, st.Member, st.Reason, p99Before, nBefore, p99During, nDuring, probe.errors, forks, after, rssBefore, rssMax, rssMax-rssBefore)
+	syncsAfter := infoStat(t, c, ns, "big", primary.Status.PodIP, "stats", "sync_full")
+	t.Logf("1 GiB backup: %s in %s (%d bytes, %d keys, from %s, %s); primary p99 write latency %s before (%d writes), %s during (%d writes, %d errors); primary forks %s -> %s, full syncs served %s -> %s; operator RSS %.1f MiB before, %.1f MiB at most during (+%.1f MiB)",
+		st.Phase, took.Round(100*time.Millisecond), st.Bytes, st.Keys, st.Member, st.Reason, p99Before, nBefore, p99During, nDuring, probe.errors, forks, after, syncs, syncsAfter, rssBefore, rssMax, rssMax-rssBefore)
+	if syncsAfter != syncs {
+		t.Errorf("the primary served a full sync during the backup (sync_full %s -> %s)", syncs, syncsAfter)
+	}
 	if st.Phase != "Completed" || st.Reason != "FromReplica" {
 		t.Fatalf("backup %s (%s): %s", st.Phase, st.Reason, st.Message)
 	}
