@@ -212,12 +212,15 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 	ns = c.RealNamespace(t, "rbac-backup")
 	c.StoreSecret(t, ns, "store", c.ObjectStore(t), nil)
 	createCacheV2(t, c, ns, "bk", v2Spec(1, map[string]interface{}{
-		"backup": map[string]interface{}{"store": map[string]interface{}{"secretName": "store"}, "keep": int64(1), "onDelete": "Delete", "schedule": "@every 15s"},
+		"backup": map[string]interface{}{"store": map[string]interface{}{"secretName": "store"}, "keep": int64(1), "onDelete": "Delete"},
 	}))
 	waitReady(t, c, ns, "bk", 1, 2*time.Minute)
 	createBackup(t, c, ns, "bk-first", "bk")
 	if st := waitBackup(t, c, ns, "bk-first", 2*time.Minute); st.Phase != "Completed" {
 		t.Fatalf("backup as the ServiceAccount: %+v", st)
+	}
+	if _, err := c.Kubectl(ctx, "patch", "managedcache", "bk", "-n", ns, "--type=merge", "-p", `{"spec":{"backup":{"schedule":"@every 15s"}}}`); err != nil {
+		t.Fatal(err)
 	}
 	framework.Eventually(t, 2*time.Minute, "a scheduled backup completed and the first deleted by retention", func() (bool, string, error) {
 		l, err := c.Dynamic.Resource(mcbGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
