@@ -98,3 +98,26 @@ func TestScheduledNameIsTheSlot(t *testing.T) {
 		}
 	}
 }
+
+func TestRestoreProgress(t *testing.T) {
+	now := time.Date(2026, 12, 3, 3, 0, 0, 0, time.UTC)
+	rs := api.RestoreStatus{Phase: api.RestoreRunning, Path: "ns/c/b.rdb", Location: "s3://b/ns/c/b.rdb"}
+	cases := []struct {
+		name                 string
+		rs                   api.RestoreStatus
+		primary, initFailure string
+		phase, message       string
+	}{
+		{"loading", rs, "", "", api.RestoreRunning, "c-0 loads the backup"},
+		{"another member primary does not complete it", rs, "c-1", "", api.RestoreRunning, "c-0 loads the backup"},
+		{"the restored member primary", rs, "c-0", "", api.RestoreCompleted, ""},
+		{"the restore container failed", rs, "", "restore: restore failed: corrupt", api.RestoreFailed, "restore: restore failed: corrupt"},
+		{"refused", api.RestoreStatus{Phase: api.RestoreFailed, Refused: "newer"}, "", "", api.RestoreFailed, "newer"},
+	}
+	for _, tc := range cases {
+		got := RestoreProgress(tc.rs, "c-0", tc.primary, tc.initFailure, now)
+		if got.Phase != tc.phase || got.Message != tc.message || (tc.phase == api.RestoreCompleted) != (got.CompletionTime != "") {
+			t.Errorf("%s: %+v; want phase %s message %q", tc.name, got, tc.phase, tc.message)
+		}
+	}
+}

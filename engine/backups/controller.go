@@ -97,6 +97,9 @@ func New(client dynamic.Interface, kube kubernetes.Interface, renderer *render.R
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Render.ClusterDomain == "" {
+		opts.Render.ClusterDomain = api.DefaultClusterDomain
+	}
 	c := &Controller{
 		opts: opts, client: client, kube: kube, renderer: renderer, recorder: recorder, caches: caches,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),

@@ -127,7 +127,7 @@ func (c *Controller) ResolveRestore(ctx context.Context, mc *unstructured.Unstru
 		rs.Checksum, rs.Bytes, rs.Keys, rs.Version = st.Checksum, st.Bytes, st.Keys, st.Version
 		rs.Refused = refusal(st.Engine, st.Version, spec)
 	} else {
-		store, cl, err := c.client_(ctx, ns, r.StoreSecret)
+		store, cl, err := c.storeClient(ctx, ns, r.StoreSecret)
 		if err != nil {
 			return nil, err
 		}
@@ -143,6 +143,26 @@ func (c *Controller) ResolveRestore(ctx context.Context, mc *unstructured.Unstru
 		rs.Phase, rs.Message = api.RestoreFailed, rs.Refused
 	}
 	return rs, nil
+}
+
+// RestoreProgress is the next status.restore of a cache whose restore into member was resolved
+// (rs) and has not completed: Completed once member is the primary the member pass observes,
+// Failed with the reason when the operator refused it or member's restore container failed
+// (initFailure: its termination message), Running otherwise.
+func RestoreProgress(rs api.RestoreStatus, member, primary, initFailure string, now time.Time) api.RestoreStatus {
+	next := rs
+	switch {
+	case rs.Refused != "":
+		next.Phase, next.Message = api.RestoreFailed, rs.Refused
+	case primary == member:
+		next.Phase, next.Message = api.RestoreCompleted, ""
+		next.CompletionTime = now.UTC().Format(time.RFC3339)
+	case initFailure != "":
+		next.Phase, next.Message = api.RestoreFailed, initFailure
+	default:
+		next.Phase, next.Message = api.RestoreRunning, member+" loads the backup"
+	}
+	return next
 }
 
 // refusal says why a backup of engine and version cannot be restored into a cache of spec, or "".

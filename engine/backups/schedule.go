@@ -141,7 +141,7 @@ func (c *Controller) retain(ctx context.Context, mc *unstructured.Unstructured, 
 func (c *Controller) deleteBackup(ctx context.Context, b *unstructured.Unstructured) error {
 	st := statusOfBackup(b)
 	if st.Location != "" && st.StoreSecret != "" {
-		store, cl, err := c.client_(ctx, b.GetNamespace(), st.StoreSecret)
+		store, cl, err := c.storeClient(ctx, b.GetNamespace(), st.StoreSecret)
 		if err != nil {
 			return err
 		}

@@ -11,9 +11,9 @@ import (
 	"example.com/cache-operator/engine/objectstore"
 )
 
-// client_ reads the store's Secret and returns the store and a client of it. The last store read
+// storeClient reads the store's Secret and returns the store and a client of it. The last store read
 // for each Secret is remembered (see cacheState.store).
-func (c *Controller) client_(ctx context.Context, namespace, secret string) (objectstore.Store, *minio.Client, error) {
+func (c *Controller) storeClient(ctx context.Context, namespace, secret string) (objectstore.Store, *minio.Client, error) {
 	store, err := c.storeOf(ctx, namespace, secret)
 	if err != nil {
 		return store, nil, err

@@ -119,7 +119,7 @@ func (c *Controller) checkStore(ctx context.Context, mc *unstructured.Unstructur
 	reason, msg := ReasonStoreReachable, ""
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	store, cl, err := c.client_(ctx, mc.GetNamespace(), spec.Backup.StoreSecret)
+	store, cl, err := c.storeClient(ctx, mc.GetNamespace(), spec.Backup.StoreSecret)
 	if err == nil {
 		msg = "the store answers and bucket " + store.Bucket + " exists"
 		if err = objectstore.Check(ctx, cl, store.Bucket); err != nil {
@@ -177,7 +177,7 @@ func (c *Controller) start(ctx context.Context, mc *unstructured.Unstructured, s
 	if spec.Backup == nil {
 		return 0, c.fail(ctx, mc, b, backupStatus{}, ReasonNoBackupConfigured, fmt.Sprintf("ManagedCache %s has no spec.backup (the store to back up to)", mc.GetName()))
 	}
-	store, cl, err := c.client_(ctx, mc.GetNamespace(), spec.Backup.StoreSecret)
+	store, cl, err := c.storeClient(ctx, mc.GetNamespace(), spec.Backup.StoreSecret)
 	if err == nil {
 		cctx, cancel := context.WithTimeout(ctx, storeTimeout)
 		err = objectstore.Check(cctx, cl, store.Bucket)
@@ -269,7 +269,7 @@ func (c *Controller) watch(ctx context.Context, mc *unstructured.Unstructured, b
 	}
 	switch {
 	case jobCondition(job, "Complete"):
-		store, cl, err := c.client_(ctx, b.GetNamespace(), st.StoreSecret)
+		store, cl, err := c.storeClient(ctx, b.GetNamespace(), st.StoreSecret)
 		if err != nil {
 			return 0, err
 		}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/backups"
 	"example.com/cache-operator/engine/dataplane"
 	"example.com/cache-operator/engine/metrics"
 )
@@ -104,21 +105,16 @@ func (c *Controller) backupStatus(mc *unstructured.Unstructured, spec api.Spec, 
 	}
 	gen := mc.GetGeneration()
 	member := api.RestoreMember(mc.GetName())
-	next := *rs
-	switch {
-	case rs.Refused != "":
-		next.Phase, next.Message = api.RestoreFailed, rs.Refused
-	case viewOK && view.Observed && view.Primary == member:
-		next.Phase, next.Message = api.RestoreCompleted, ""
-		next.CompletionTime = time.Now().UTC().Format(time.RFC3339)
-	default:
-		next.Phase, next.Message = api.RestoreRunning, member+" loads the backup"
-		for _, p := range c.informers.MemberPods(mc.GetNamespace(), mc.GetName()) {
-			if p.Name == member && p.InitFailure != "" {
-				next.Phase, next.Message = api.RestoreFailed, p.InitFailure
-			}
+	primary, initFailure := "", ""
+	if viewOK && view.Observed {
+		primary = view.Primary
+	}
+	for _, p := range c.informers.MemberPods(mc.GetNamespace(), mc.GetName()) {
+		if p.Name == member {
+			initFailure = p.InitFailure
 		}
 	}
+	next := backups.RestoreProgress(*rs, member, primary, initFailure, time.Now())
 	if next.Phase != rs.Phase {
 		switch next.Phase {
 		case api.RestoreCompleted:
