@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -182,5 +183,41 @@ func TestBackupDeletionWithStoreDown(t *testing.T) {
 	}
 	if kept, err := framework.ObjectKeys(ctx, store, ns+"/hatch/"); err != nil || len(kept) != 2 {
 		t.Errorf("the escape hatch left %v of hatch (%v); want its backup and manifest", kept, err)
+	}
+
+	// Deleting a namespace: its cache (onDelete: Delete) empties its folder first; the store's
+	// Secret, which the namespace's deletion would otherwise take first, is held until then.
+	gone := c.RealNamespace(t, "nsdelete")
+	c.StoreSecret(t, gone, "store", store, nil)
+	createCacheV2(t, c, gone, "doomed", v2Spec(1, map[string]interface{}{
+		"backup": map[string]interface{}{"store": map[string]interface{}{"secretName": "store"}, "onDelete": "Delete"},
+	}))
+	waitWhole(t, c, gone, "doomed", 1, 3*time.Minute)
+	createBackup(t, c, gone, "doomed-1", "doomed")
+	if st := waitBackup(t, c, gone, "doomed-1", 3*time.Minute); st.Phase != "Completed" {
+		t.Fatalf("backup doomed-1: %+v", st)
+	}
+	framework.Eventually(t, 30*time.Second, "the store's Secret held", func() (bool, string, error) {
+		sec, err := c.Kube.CoreV1().Secrets(gone).Get(ctx, "store", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return len(sec.Finalizers) == 1, fmt.Sprint(sec.Finalizers), nil
+	})
+	start := time.Now()
+	if err := c.Kube.CoreV1().Namespaces().Delete(ctx, gone, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 3*time.Minute, "namespace "+gone+" deleted", func() (bool, string, error) {
+		_, err := c.Kube.CoreV1().Namespaces().Get(ctx, gone, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		return false, "still there", err
+	})
+	left, err := framework.ObjectKeys(ctx, store, gone+"/doomed/")
+	t.Logf("namespace with a cache (onDelete: Delete) deleted in %s; its folder holds %v afterwards", time.Since(start).Round(100*time.Millisecond), left)
+	if err != nil || len(left) != 0 {
+		t.Errorf("the deleted namespace's cache left %v in the bucket (%v)", left, err)
 	}
 }

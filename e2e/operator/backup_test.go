@@ -146,6 +146,10 @@ func TestBackupAndRestore(t *testing.T) {
 		t.Errorf("a cache whose restore failed has primary %q (Degraded: %s); want none, waiting for bad-0", p, dmsg)
 	}
 
+	// The store's Secret is held while a cache deletes its backups through it.
+	if sec, err := c.Kube.CoreV1().Secrets(ns).Get(ctx, "store", metav1.GetOptions{}); err != nil || !strings.Contains(fmt.Sprint(sec.Finalizers), "cache.example.com/backup-store") {
+		t.Errorf("the store's Secret is not held for src's deletion: finalizers %v (%v)", sec.Finalizers, err)
+	}
 	// Deleting the source with onDelete: Delete empties its folder in the bucket, then releases it.
 	if err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Delete(ctx, "src", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -165,6 +169,13 @@ func TestBackupAndRestore(t *testing.T) {
 	if err != nil || len(bl.Items) != 0 {
 		t.Errorf("after deleting src, %d ManagedCacheBackups remain (%v)", len(bl.Items), err)
 	}
+	framework.Eventually(t, 30*time.Second, "the store's Secret released", func() (bool, string, error) {
+		sec, err := c.Kube.CoreV1().Secrets(ns).Get(ctx, "store", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return len(sec.Finalizers) == 0, fmt.Sprint(sec.Finalizers), nil
+	})
 }
 
 // restoreInto creates a cache restoring from source and checks it: Ready, the restored member

@@ -64,8 +64,11 @@ func (c *Controller) WantsFinalizer(mc *unstructured.Unstructured) bool {
 // from it is used.
 func (c *Controller) Cleanup(ctx context.Context, mc *unstructured.Unstructured) error {
 	spec, err := api.SpecFrom(mc)
-	if err != nil || spec.Backup == nil || spec.Backup.OnDelete != api.BackupDelete {
+	if err != nil || spec.Backup == nil {
 		return nil
+	}
+	if spec.Backup.OnDelete != api.BackupDelete {
+		return c.releaseStores(ctx, mc.GetNamespace(), mc.GetName())
 	}
 	ns := mc.GetNamespace()
 	store, err := c.storeOf(ctx, ns, spec.Backup.StoreSecret)
@@ -95,7 +98,7 @@ func (c *Controller) Cleanup(ctx context.Context, mc *unstructured.Unstructured)
 		}
 	}
 	c.forget(ns + "/" + mc.GetName())
-	return nil
+	return c.releaseStores(ctx, ns, mc.GetName())
 }
 
 // ResolveRestore resolves a new cache's spec.restore: the object, its checksum and size, and

@@ -59,6 +59,12 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	backups := c.backupsOf(key)
 	if !exists {
 		c.forget(key)
+		if ns, _, err := cache.SplitMetaNamespaceKey(key); err == nil {
+			// A cache gone (deleted, or released by the escape hatch): the store Secrets it held.
+			if err := c.releaseStores(ctx, ns, ""); err != nil {
+				return 0, err
+			}
+		}
 		for _, b := range backups {
 			if phaseOf(b) == "" || phaseOf(b) == api.BackupPending {
 				if err := c.setStatus(ctx, b, backupStatus{Phase: api.BackupFailed, Reason: ReasonCacheGone,
@@ -119,7 +125,23 @@ func (c *Controller) checkStore(ctx context.Context, mc *unstructured.Unstructur
 	reason, msg := ReasonStoreReachable, ""
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	store, cl, err := c.storeClient(ctx, mc.GetNamespace(), spec.Backup.StoreSecret)
+	store, sec, err := c.storeSecret(ctx, mc.GetNamespace(), spec.Backup.StoreSecret)
+	switch {
+	case sec != nil && spec.Backup.OnDelete == api.BackupDelete && sec.DeletionTimestamp == nil:
+		// The cache's deletion needs the Secret: it stays until then.
+		if herr := c.holdStore(ctx, sec); herr != nil {
+			klog.FromContext(ctx).Error(herr, "Holding the store's Secret for the cache's deletion")
+		}
+	case sec != nil && spec.Backup.OnDelete != api.BackupDelete && hasFinalizer(sec):
+		// Retain now, or held for another cache: released unless another cache needs it.
+		if rerr := c.releaseStores(ctx, mc.GetNamespace(), ""); rerr != nil {
+			klog.FromContext(ctx).Error(rerr, "Releasing store Secrets")
+		}
+	}
+	var cl *minio.Client
+	if err == nil {
+		cl, err = store.Client()
+	}
 	if err == nil {
 		msg = "the store answers and bucket " + store.Bucket + " exists"
 		if err = objectstore.Check(ctx, cl, store.Bucket); err != nil {
