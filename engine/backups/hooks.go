@@ -87,6 +87,20 @@ func (c *Controller) Cleanup(ctx context.Context, mc *unstructured.Unstructured)
 	folder := store.CacheFolder(ns, mc.GetName())
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	cctx, ccancel := context.WithTimeout(ctx, storeTimeout)
+	err = objectstore.Check(cctx, cl, store.Bucket)
+	ccancel()
+	if err != nil {
+		return fmt.Errorf("deleting the backups in s3://%s/%s: %w", store.Bucket, folder, err)
+	}
+	// The store answers now, which may be long after the cleanup began: a cache released
+	// meanwhile (the escape hatch) keeps its objects.
+	if waiting, err := c.awaitsCleanup(ctx, ns, mc.GetName()); err != nil || !waiting {
+		if !waiting && err == nil {
+			klog.FromContext(ctx).Info("The cache was released meanwhile; its backups stay in the bucket")
+		}
+		return err
+	}
 	n, err := objectstore.DeleteFolder(ctx, cl, store.Bucket, folder)
 	if err != nil {
 		return fmt.Errorf("deleting the backups in s3://%s/%s (%d deleted so far): %w", store.Bucket, folder, n, err)

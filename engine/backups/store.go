@@ -123,20 +123,11 @@ func (c *Controller) releaseStores(ctx context.Context, namespace, except string
 			continue
 		}
 		if mc.GetDeletionTimestamp() != nil {
-			// Being deleted: it needs the Secret only while it still waits for its cleanup (read
-			// live: the informer may not show yet that it is gone).
-			live, err := c.client.Resource(api.Resource).Namespace(namespace).Get(ctx, mc.GetName(), metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			waiting := false
-			for _, f := range live.GetFinalizers() {
-				waiting = waiting || f == api.Finalizer
-			}
-			if !waiting {
+			// Being deleted: it needs the Secret only while it still waits for its cleanup.
+			if waiting, err := c.awaitsCleanup(ctx, namespace, mc.GetName()); err != nil || !waiting {
+				if err != nil {
+					return err
+				}
 				continue
 			}
 		}
@@ -163,4 +154,22 @@ func (c *Controller) releaseStores(ctx context.Context, namespace, except string
 		klog.FromContext(ctx).Info("Released a store's Secret: no cache deletes its backups through it any more", "secret", klog.KObj(sec))
 	}
 	return nil
+}
+
+// awaitsCleanup reads the cache live (the informer may not show yet that it is gone, or that
+// someone released it with the escape hatch): it still exists with the operator's finalizer.
+func (c *Controller) awaitsCleanup(ctx context.Context, namespace, name string) (bool, error) {
+	live, err := c.client.Resource(api.Resource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, f := range live.GetFinalizers() {
+		if f == api.Finalizer {
+			return true, nil
+		}
+	}
+	return false, nil
 }
