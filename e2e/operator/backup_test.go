@@ -209,4 +209,13 @@ func restoreInto(t *testing.T, c *framework.Cluster, ns, name string, source map
 		t.Logf("%s: %s (source %s)", pod, got, want)
 	}
 	waitEvent(t, c, ns, name, "Normal", "Restored", 30*time.Second)
+	// Once completed, the ConfigMap says so: a first member that starts again later, even on a new
+	// empty volume, never restores the old backup over what the cache became.
+	framework.Eventually(t, 30*time.Second, name+"-config's restore key", func() (bool, string, error) {
+		cm, err := c.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), name+"-config", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return cm.Data["restore"] == "completed", cm.Data["restore"], nil
+	})
 }

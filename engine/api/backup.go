@@ -102,6 +102,13 @@ const (
 	RestoreFailed    = "Failed"
 )
 
+// RestoreStateKey is the key of a restoring cache's ConfigMap that says whether its restore
+// completed; RestoreDone is its value once it has (the restore container then does nothing).
+const (
+	RestoreStateKey = "restore"
+	RestoreDone     = "completed"
+)
+
 // Resolved says the source is known: the first member's init container can be rendered.
 func (r *RestoreStatus) Resolved() bool { return r != nil && (r.Path != "" || r.Refused != "") }
 

@@ -39,7 +39,11 @@ type RestoreValues struct {
 	StoreSecret, Path, Checksum, Bytes string
 	// Refused, when set, makes the container fail with this reason instead.
 	Refused string
+	// State is the restore's phase as the ConfigMap's key StateKey publishes it (api.RestoreDone once
+	// completed: the container then does nothing, whatever the volume holds).
+	State, StateKey string
 }
+
 
 // restoreValues is the restore of a cache with spec.restore whose status resolved it; nil
 // otherwise.
@@ -49,7 +53,10 @@ func restoreValues(mc *unstructured.Unstructured, spec api.Spec) *RestoreValues 
 		return nil
 	}
 	r := &RestoreValues{Member: api.RestoreMember(mc.GetName()), StoreSecret: rs.StoreSecret, Path: rs.Path,
-		Checksum: rs.Checksum, Refused: rs.Refused}
+		Checksum: rs.Checksum, Refused: rs.Refused, State: "pending", StateKey: api.RestoreStateKey}
+	if rs.Phase == api.RestoreCompleted {
+		r.State = api.RestoreDone
+	}
 	if rs.Bytes > 0 {
 		r.Bytes = strconv.FormatInt(rs.Bytes, 10)
 	}

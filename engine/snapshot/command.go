@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/objectstore"
 )
 
@@ -36,6 +37,7 @@ const (
 	EnvExpectedSHA256   = "EXPECTED_SHA256"
 	EnvExpectedBytes    = "EXPECTED_BYTES"
 	EnvRefused          = "RESTORE_REFUSED" // set: the operator refused the restore, saying why
+	EnvRestoreState     = "RESTORE_STATE"   // "completed": the cache's restore is done (the ConfigMap)
 	backupIdleTimeout   = 2 * time.Minute
 	commandTotalTimeout = 6 * time.Hour
 )
@@ -108,6 +110,10 @@ func RestoreCommand(stdout, stderr io.Writer) int {
 	pod, member := os.Getenv(EnvPodName), os.Getenv(EnvRestoreMember)
 	if pod != member {
 		fmt.Fprintf(stdout, "restore: %s starts empty and syncs from %s\n", pod, member)
+		return 0
+	}
+	if os.Getenv(EnvRestoreState) == api.RestoreDone {
+		fmt.Fprintf(stdout, "restore: the cache's restore completed before; %s starts from its volume, or syncs\n", pod)
 		return 0
 	}
 	fail := func(err error) int {

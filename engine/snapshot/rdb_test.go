@@ -92,3 +92,29 @@ func TestMarkReader(t *testing.T) {
 		t.Error("a stream cut before its mark read without an error")
 	}
 }
+
+// The restore container does nothing once the cache's restore completed (the ConfigMap says so),
+// even on the first member with an empty volume; and fails with the operator's refusal.
+func TestRestoreCommandOnceCompleted(t *testing.T) {
+	t.Setenv(EnvPodName, "c-0")
+	t.Setenv(EnvRestoreMember, "c-0")
+	t.Setenv(EnvDataDir, t.TempDir())
+	t.Setenv(EnvRestoreState, "completed")
+	t.Setenv(EnvRefused, "")
+	var out, errOut bytes.Buffer
+	if rc := RestoreCommand(&out, &errOut); rc != 0 || !strings.Contains(out.String(), "completed before") {
+		t.Errorf("completed restore: exit %d, %q %q", rc, out.String(), errOut.String())
+	}
+	t.Setenv(EnvRestoreState, "pending")
+	t.Setenv(EnvRefused, "a newer major version")
+	out.Reset()
+	errOut.Reset()
+	if rc := RestoreCommand(&out, &errOut); rc != 1 || !strings.Contains(errOut.String(), "a newer major version") {
+		t.Errorf("refused restore: exit %d, %q", rc, errOut.String())
+	}
+	t.Setenv(EnvPodName, "c-1")
+	out.Reset()
+	if rc := RestoreCommand(&out, &errOut); rc != 0 || !strings.Contains(out.String(), "starts empty") {
+		t.Errorf("another member: exit %d, %q", rc, out.String())
+	}
+}
