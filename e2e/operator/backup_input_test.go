@@ -33,7 +33,8 @@ func setStoreSecret(t *testing.T, c *framework.Cluster, ns, cache, secret string
 func TestBackupBadInput(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
-	startOperator(t, c)
+	metricsAddr := freeAddr(t)
+	startOperator(t, c, "--metrics-bind-address="+metricsAddr)
 	ns := c.RealNamespace(t, "badinput")
 	deleteCachesOnCleanup(t, c, ns)
 	store := c.ObjectStore(t)
@@ -61,8 +62,15 @@ func TestBackupBadInput(t *testing.T) {
 	if st := waitBackup(t, c, ns, "nobucket-backup", time.Minute); st.Phase != "Failed" || !strings.Contains(st.Message, "does not exist") {
 		t.Errorf("a backup to a missing bucket: %+v; want Failed saying the bucket does not exist", st)
 	}
+	if n := value(scrape(t, metricsAddr), "cache_operator_backup_failures_total", map[string]string{"namespace": ns, "cache": "bi"}); n != 1 {
+		t.Errorf("cache_operator_backup_failures_total{cache=bi} = %v; want 1", n)
+	}
 	if s, r, _ := condition(t, c, ns, "bi", "Ready"); s != "True" {
 		t.Errorf("the cache is not Ready (%s) after bad backup settings; it must keep serving", r)
+	}
+	// onDelete: Retain (the default): no finalizer, deleting the cache never waits.
+	if mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, "bi", metav1.GetOptions{}); err != nil || len(mc.GetFinalizers()) != 0 {
+		t.Errorf("a cache with onDelete: Retain has finalizers %v (%v); want none", mc.GetFinalizers(), err)
 	}
 	c.StoreSecret(t, ns, "store", store, nil)
 	setStoreSecret(t, c, ns, "bi", "store")

@@ -25,7 +25,8 @@ import (
 func TestBackupAndRestore(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
-	startOperator(t, c)
+	metricsAddr := freeAddr(t)
+	startOperator(t, c, "--metrics-bind-address="+metricsAddr)
 	ns := c.RealNamespace(t, "backup")
 	deleteCachesOnCleanup(t, c, ns)
 	store := c.ObjectStore(t)
@@ -103,8 +104,26 @@ func TestBackupAndRestore(t *testing.T) {
 	table, _ := c.Kubectl(ctx, "get", "managedcachebackups", "-n", ns)
 	t.Logf("kubectl get managedcachebackups:\n%s", table)
 
+	// The backup's metrics.
+	fams := scrape(t, metricsAddr)
+	at, _ := time.Parse(time.RFC3339, st.StartTime)
+	for name, want := range map[string]float64{
+		"cache_operator_backup_last_success_timestamp_seconds": float64(at.Unix()),
+		"cache_operator_backup_bytes":                          float64(st.Bytes),
+	} {
+		if got := value(fams, name, map[string]string{"namespace": ns, "cache": "src"}); got != want {
+			t.Errorf("%s{cache=src} = %v; want %v", name, got, want)
+		}
+	}
+	if d := value(fams, "cache_operator_backup_duration_seconds", map[string]string{"namespace": ns, "cache": "src"}); d <= 0 {
+		t.Errorf("cache_operator_backup_duration_seconds{cache=src} = %v", d)
+	}
+
 	// Restore from the ManagedCacheBackup.
 	restoreInto(t, c, ns, "dst", map[string]interface{}{"backup": "b1"}, want)
+	if n := value(scrape(t, metricsAddr), "cache_operator_restores_total", map[string]string{"namespace": ns, "cache": "dst", "result": "completed"}); n != 1 {
+		t.Errorf("cache_operator_restores_total{cache=dst,result=completed} = %v; want 1", n)
+	}
 
 	// Restore from the bucket alone: another namespace that has only the store's Secret and the
 	// object's key (no ManagedCacheBackup there).
@@ -140,6 +159,9 @@ func TestBackupAndRestore(t *testing.T) {
 		t.Errorf("the refusal does not say the object is corrupt: %s", msg)
 	}
 	waitEvent(t, c, ns2, "bad", "Warning", "RestoreFailed", 30*time.Second)
+	if n := value(scrape(t, metricsAddr), "cache_operator_restores_total", map[string]string{"namespace": ns2, "cache": "bad", "result": "failed"}); n != 1 {
+		t.Errorf("cache_operator_restores_total{cache=bad,result=failed} = %v; want 1", n)
+	}
 	// The members that started empty are not made primary: the cache takes no writes.
 	dmsg := waitCondition(t, c, ns2, "bad", "Degraded", "True", "NoPrimary", time.Minute)
 	if p := statusPrimary(t, c, ns2, "bad"); p != "" || !strings.Contains(dmsg, "restores the backup") {
