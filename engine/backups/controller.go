@@ -124,10 +124,21 @@ func New(client dynamic.Interface, kube kubernetes.Interface, renderer *render.R
 		if err := inf.AddIndexers(index); err != nil {
 			return nil, err
 		}
+		// A backup's change also has its cache's status written again (status.backup reads
+		// the backups from this informer, which holds the change by the time the handler runs).
+		backups := inf == c.backups
+		handle := func(obj interface{}) {
+			if key, ok := cacheKeyOf(obj); ok {
+				c.queue.Add(key)
+				if backups {
+					c.caches.Enqueue(key)
+				}
+			}
+		}
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.enqueueOf,
-			UpdateFunc: func(_, cur interface{}) { c.enqueueOf(cur) },
-			DeleteFunc: c.enqueueOf,
+			AddFunc:    handle,
+			UpdateFunc: func(_, cur interface{}) { handle(cur) },
+			DeleteFunc: handle,
 		}); err != nil {
 			return nil, err
 		}
@@ -151,15 +162,17 @@ func cacheOf(u *unstructured.Unstructured) string {
 	return u.GetLabels()[api.LabelBackupCache]
 }
 
-func (c *Controller) enqueueOf(obj interface{}) {
+// cacheKeyOf is namespace/<cache> of a backup, a Job, or the tombstone of either.
+func cacheKeyOf(obj interface{}) (string, bool) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		if name := cacheOf(u); name != "" {
-			c.queue.Add(u.GetNamespace() + "/" + name)
+			return u.GetNamespace() + "/" + name, true
 		}
 	}
+	return "", false
 }
 
 func (c *Controller) enqueueCache(obj interface{}) {
