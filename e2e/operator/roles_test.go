@@ -64,7 +64,9 @@ func statusPrimary(t *testing.T, c *framework.Cluster, ns, cache string) string 
 }
 
 // waitWhole waits until the cache is Ready with n members, a primary in status that is the one
-// pod labelled primary, and every replica in sync; it returns the primary's pod.
+// pod labelled primary, every replica in sync, and no member pod being deleted (a pod deleted
+// after its handover looks whole while it terminates; the next fault must see its successor,
+// with the successor's address); it returns the primary's pod.
 func waitWhole(t *testing.T, c *framework.Cluster, ns, cache string, n int64, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	waitReady(t, c, ns, cache, n, timeout)
@@ -83,16 +85,19 @@ func waitWhole(t *testing.T, c *framework.Cluster, ns, cache string, n int64, ti
 			}
 		}
 		primary = nil
-		var labelled []string
+		var labelled, leaving []string
 		for _, p := range memberPods(t, c, ns, cache) {
+			if p.DeletionTimestamp != nil {
+				leaving = append(leaving, p.Name) // replaced: its successor is not there yet
+			}
 			if p.Labels[roleLabel] == "primary" {
 				labelled = append(labelled, p.Name)
 				pp := p
 				primary = &pp
 			}
 		}
-		return len(labelled) == 1 && labelled[0] == sp && degraded == "False/AllMembersHealthy",
-			fmt.Sprintf("status.primary %q, labelled %v, Degraded %s", sp, labelled, degraded), nil
+		return len(labelled) == 1 && labelled[0] == sp && degraded == "False/AllMembersHealthy" && len(leaving) == 0,
+			fmt.Sprintf("status.primary %q, labelled %v, Degraded %s, being deleted %v", sp, labelled, degraded, leaving), nil
 	})
 	return primary
 }
