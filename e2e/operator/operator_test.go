@@ -99,7 +99,7 @@ func TestCacheLifecycle(t *testing.T) {
 			row      map[int]string
 		}{
 			// Simulated members are not observed: member 0 is labelled primary.
-			{"managedcache", []string{"NAME", "REPLICAS", "READY", "ENGINE", "VERSION", "STATUS", "AGE", "ENDPOINT", "PRIMARY"},
+			{"managedcache", []string{"NAME", "REPLICAS", "READY", "ENGINE", "VERSION", "STATUS", "AGE", "ENDPOINT", "PRIMARY", "LAST-BACKUP"},
 				map[int]string{1: "3", 2: "3", 3: "redis", 4: "7.4", 5: "AllReplicasReady", 7: "sessions-rw." + ns + ".svc.cluster.local:6379", 8: "sessions-0"}},
 			{"managedcaches.v1.cache.example.com", []string{"NAME", "SIZE", "READY", "STATUS", "AGE", "ENDPOINT", "PRIMARY"},
 				map[int]string{1: "3", 2: "3", 3: "AllReplicasReady", 5: "sessions-rw." + ns + ".svc.cluster.local:6379", 6: "sessions-0"}},

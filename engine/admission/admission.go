@@ -6,7 +6,6 @@
 //     unless the object carries the annotation cache.example.com/allow-quorum-loss: "true".
 //   - No major downgrade: a version change to an older major version is rejected (the older
 //     server cannot read the newer one's data files).
-//   - spec.backup.schedule parses (on create and update).
 //
 // It is not for schema validation (the CRD does that at once, without the operator running).
 package admission
@@ -15,8 +14,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"example.com/cache-operator/engine/api"
 )
 
 // AllowQuorumLossAnnotation, set to "true", lets a scale-down drop below a majority.
@@ -31,17 +28,10 @@ type Change struct {
 	OldVersion, NewVersion      string
 	// Annotations are the object's annotations (for the override).
 	Annotations map[string]string
-	// Schedule is the new spec.backup.schedule.
-	Schedule string
 }
 
 // Validate returns why the change is rejected, or nil.
 func Validate(c Change) error {
-	if c.Schedule != "" {
-		if _, err := api.ParseSchedule(c.Schedule); err != nil {
-			return err
-		}
-	}
 	if c.NewReplicas < c.OldReplicas {
 		majority := c.OldReplicas/2 + 1
 		if c.NewReplicas < majority && c.Annotations[AllowQuorumLossAnnotation] != "true" {

@@ -58,15 +58,6 @@ func Handler(lookup AnnotationsLookup) http.Handler {
 
 // changeOf reads the old and new member count and version of an update.
 func changeOf(ctx context.Context, req *admissionv1.AdmissionRequest, lookup AnnotationsLookup) (Change, error) {
-	if req.Operation == admissionv1.Create && req.SubResource == "" {
-		obj, err := asV2(req.Object.Raw)
-		if err != nil {
-			return Change{}, fmt.Errorf("decoding the object: %w", err)
-		}
-		var c Change
-		c.Schedule, _, _ = unstructured.NestedString(obj.Object, "spec", "backup", "schedule")
-		return c, nil
-	}
 	if req.Operation != admissionv1.Update {
 		return Change{}, nil // nothing to compare
 	}
@@ -103,7 +94,6 @@ func changeOf(ctx context.Context, req *admissionv1.AdmissionRequest, lookup Ann
 	c.NewReplicas = replicas(newObj)
 	c.OldVersion, _, _ = unstructured.NestedString(oldObj.Object, "spec", "engine", "version")
 	c.NewVersion, _, _ = unstructured.NestedString(newObj.Object, "spec", "engine", "version")
-	c.Schedule, _, _ = unstructured.NestedString(newObj.Object, "spec", "backup", "schedule")
 	return c, nil
 }
 

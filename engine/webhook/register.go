@@ -48,20 +48,15 @@ func (e Endpoint) clientConfig(path string, caBundle []byte) admissionregistrati
 	}
 }
 
-// matchCondition limits the webhook to the requests its rules judge: a lower member count or
-// another version, and a create or update that sets spec.backup.schedule to something new (the
-// CRD's pattern lets through what only a cron parser refuses, such as a minute of 61). Everything
-// else (other creates, finalizer and annotation changes, scaling up) never calls it, so those keep
-// working while the operator is down.
-const matchCondition = `request.operation == 'CREATE' ? (has(object.spec.backup) && has(object.spec.backup.schedule)) : (
-  has(request.subResource) && request.subResource == 'scale' ? object.spec.replicas < oldObject.spec.replicas : (
+// matchCondition limits the webhook to the updates its rules judge: a lower member count or
+// another version. Everything else (creates, finalizer and annotation changes, scaling up) never
+// calls it, so those keep working while the operator is down. (A schedule is judged by the CRD.)
+const matchCondition = `has(request.subResource) && request.subResource == 'scale' ? object.spec.replicas < oldObject.spec.replicas : (
   (has(object.spec.size) && has(oldObject.spec.size) && object.spec.size < oldObject.spec.size) ||
   (has(object.spec.replicas) && has(oldObject.spec.replicas) && object.spec.replicas < oldObject.spec.replicas) ||
   (has(object.spec.version) && has(oldObject.spec.version) && object.spec.version != oldObject.spec.version) ||
   (has(object.spec.engine) && has(oldObject.spec.engine) && has(object.spec.engine.version) &&
-    has(oldObject.spec.engine.version) && object.spec.engine.version != oldObject.spec.engine.version) ||
-  (has(object.spec.backup) && has(object.spec.backup.schedule) && (!has(oldObject.spec.backup) ||
-    !has(oldObject.spec.backup.schedule) || object.spec.backup.schedule != oldObject.spec.backup.schedule))))`
+    has(oldObject.spec.engine.version) && object.spec.engine.version != oldObject.spec.engine.version))`
 
 // desiredWebhookConfig is the ValidatingWebhookConfiguration, with every field the API server
 // would default set explicitly, so that comparing it with the live object finds no false drift.
@@ -72,7 +67,7 @@ func desiredWebhookConfig(e Endpoint, caBundle []byte) *admissionregistrationv1.
 			Name:         ValidatingWebhook,
 			ClientConfig: e.clientConfig(ValidatePath, caBundle),
 			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
 				Rule: admissionregistrationv1.Rule{
 					APIGroups: []string{"cache.example.com"}, APIVersions: []string{"v1", "v2"},
 					Resources: []string{"managedcaches", "managedcaches/scale"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
