@@ -81,6 +81,8 @@ type cacheState struct {
 	checked   time.Time
 	// next is when the schedule creates the next backup.
 	next time.Time
+	// held: this cache made its store's Secret wait for its deletion (StoreFinalizer).
+	held bool
 }
 
 // byCache indexes backups and Jobs by namespace/<cache>.
@@ -250,6 +252,11 @@ func (c *Controller) job(namespace, name string) *unstructured.Unstructured {
 func (c *Controller) stateOf(key string) *cacheState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.stateLocked(key)
+}
+
+// stateLocked is stateOf, with c.mu held.
+func (c *Controller) stateLocked(key string) *cacheState {
 	s := c.state[key]
 	if s == nil {
 		s = &cacheState{}

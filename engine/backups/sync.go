@@ -58,13 +58,17 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	backups := c.backupsOf(key)
 	if !exists {
-		c.forget(key)
-		if ns, _, err := cache.SplitMetaNamespaceKey(key); err == nil {
-			// A cache gone (deleted, or released by the escape hatch): the store Secrets it held.
+		c.mu.Lock()
+		held := c.state[key] != nil && c.state[key].held
+		c.mu.Unlock()
+		if ns, _, err := cache.SplitMetaNamespaceKey(key); err == nil && held {
+			// A cache gone that held a store's Secret (released by the escape hatch, say): the
+			// Secret is released unless another cache needs it.
 			if err := c.releaseStores(ctx, ns, ""); err != nil {
 				return 0, err
 			}
 		}
+		c.forget(key)
 		for _, b := range backups {
 			if phaseOf(b) == "" || phaseOf(b) == api.BackupPending {
 				if err := c.setStatus(ctx, b, backupStatus{Phase: api.BackupFailed, Reason: ReasonCacheGone,
@@ -131,6 +135,10 @@ func (c *Controller) checkStore(ctx context.Context, mc *unstructured.Unstructur
 		// The cache's deletion needs the Secret: it stays until then.
 		if herr := c.holdStore(ctx, sec); herr != nil {
 			klog.FromContext(ctx).Error(herr, "Holding the store's Secret for the cache's deletion")
+		} else {
+			c.mu.Lock()
+			c.stateLocked(key).held = true
+			c.mu.Unlock()
 		}
 	case sec != nil && spec.Backup.OnDelete != api.BackupDelete && hasFinalizer(sec):
 		// Retain now, or held for another cache: released unless another cache needs it.
