@@ -44,7 +44,6 @@ type RestoreValues struct {
 	State, StateKey string
 }
 
-
 // restoreValues is the restore of a cache with spec.restore whose status resolved it; nil
 // otherwise.
 func restoreValues(mc *unstructured.Unstructured, spec api.Spec) *RestoreValues {
