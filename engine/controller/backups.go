@@ -87,7 +87,8 @@ func (c *Controller) resolveRestore(ctx context.Context, mc *unstructured.Unstru
 	return out, true, nil
 }
 
-// backupStatus fills status.backup, status.restore's progress and the conditions they bring.
+// backupStatus fills status.backup, status.restore (as advanceRestore left it) and the conditions
+// they bring.
 func (c *Controller) backupStatus(mc *unstructured.Unstructured, spec api.Spec, s *cacheStatus, view dataplane.View, viewOK bool) {
 	s.Restore = api.RestoreStatusOf(mc)
 	if c.backups != nil {
@@ -100,10 +101,27 @@ func (c *Controller) backupStatus(mc *unstructured.Unstructured, spec api.Spec, 
 		}
 	}
 	rs := s.Restore
-	if spec.Restore == nil || rs == nil || !rs.Resolved() || rs.Phase == api.RestoreCompleted {
+	if spec.Restore == nil || rs == nil || !rs.Resolved() {
 		return
 	}
 	gen := mc.GetGeneration()
+	switch rs.Phase {
+	case api.RestoreFailed:
+		s.setReady(gen, false, ReasonRestoreFailed, "the restore failed; no member takes writes: "+rs.Message)
+	case api.RestoreRunning:
+		s.setReady(gen, false, ReasonRestoring, "restoring "+rs.Location+": "+rs.Message)
+	}
+}
+
+// advanceRestore returns mc with status.restore moved on (backups.RestoreProgress: Completed
+// once the restored member is the primary the member pass observes, Failed with its restore
+// container's message), with an Event and the metric on each change; mc itself when nothing
+// moves. The status write of the pass carries it.
+func (c *Controller) advanceRestore(mc *unstructured.Unstructured, spec api.Spec, view dataplane.View, viewOK bool) *unstructured.Unstructured {
+	rs := api.RestoreStatusOf(mc)
+	if spec.Restore == nil || !rs.Resolved() || rs.Phase == api.RestoreCompleted {
+		return mc
+	}
 	member := api.RestoreMember(mc.GetName())
 	primary, initFailure := "", ""
 	if viewOK && view.Observed {
@@ -115,25 +133,25 @@ func (c *Controller) backupStatus(mc *unstructured.Unstructured, spec api.Spec, 
 		}
 	}
 	next := backups.RestoreProgress(*rs, member, primary, initFailure, time.Now())
-	if next.Phase != rs.Phase {
-		switch next.Phase {
-		case api.RestoreCompleted:
-			c.recorder.Eventf(mc, corev1.EventTypeNormal, "Restored", "Restored %s into %s, now the primary", rs.Location, member)
-			metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "completed")
-		case api.RestoreFailed:
-			if rs.Refused == "" {
-				c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore of %s failed: %s", rs.Location, next.Message)
-				metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "failed")
-			}
-		}
+	if next.Phase == rs.Phase && next.Message == rs.Message {
+		return mc
 	}
-	s.Restore = &next
-	switch next.Phase {
-	case api.RestoreFailed:
-		s.setReady(gen, false, ReasonRestoreFailed, "the restore failed; no member takes writes: "+next.Message)
-	case api.RestoreRunning:
-		s.setReady(gen, false, ReasonRestoring, "restoring "+rs.Location+": "+next.Message)
+	switch {
+	case next.Phase == rs.Phase:
+	case next.Phase == api.RestoreCompleted:
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Restored", "Restored %s into %s, now the primary", rs.Location, member)
+		metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "completed")
+	case next.Phase == api.RestoreFailed && rs.Refused == "":
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore of %s failed: %s", rs.Location, next.Message)
+		metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "failed")
 	}
+	raw, err := toUnstructured(&next)
+	if err != nil {
+		return mc
+	}
+	out := mc.DeepCopy()
+	_ = unstructured.SetNestedField(out.Object, raw, "status", "restore")
+	return out
 }
 
 // cleanupBackups runs the backups' cleanup of a deleted cache; a failure is reported in the

@@ -76,7 +76,14 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		return err
 	}
 	view, viewOK := c.members.View(key)
-	inputs, epoch := cacheInputs(mc, view.Observed, view.Primary), c.differ.DefaultsEpoch()
+	// A restore's phase moves before the children are rendered: the ConfigMap says it completed
+	// in the same pass as the status.
+	mc = c.advanceRestore(mc, spec, view, viewOK)
+	restorePhase := ""
+	if rs := api.RestoreStatusOf(mc); rs != nil {
+		restorePhase = rs.Phase
+	}
+	inputs, epoch := cacheInputs(mc, view.Observed, view.Primary, restorePhase), c.differ.DefaultsEpoch()
 	if pass, ok := c.verified.get(key); ok && c.stillVerified(pass, inputs, epoch) {
 		// Nothing the last verdict read has changed: every child is still as wanted.
 		return c.statusOfVerified(ctx, mc, spec, pass, view, viewOK)
