@@ -92,6 +92,12 @@ func Connect(dir, name, userAgent string) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the cluster's kubeconfig %s: %w", c.Kubeconfig, err)
 	}
+	// The certificates inline, not by path: client-go shares one transport per set of TLS file
+	// paths, and a cluster made anew at the same folder has new certificates there.
+	if err := rest.LoadTLSFiles(cfg); err != nil {
+		return nil, fmt.Errorf("reading the cluster's certificates: %w", err)
+	}
+	cfg.CAFile, cfg.CertFile, cfg.KeyFile = "", "", ""
 	cfg.QPS, cfg.Burst = 200, 400
 	cfg.UserAgent = userAgent
 	c.Config = cfg
