@@ -21,9 +21,6 @@ var (
 	JobResource = schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}
 )
 
-// BackupCRDName is the name of the ManagedCacheBackup CustomResourceDefinition.
-const BackupCRDName = "managedcachebackups.cache.example.com"
-
 // The phases of a ManagedCacheBackup (status.phase).
 const (
 	BackupPending   = "Pending"

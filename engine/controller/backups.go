@@ -34,8 +34,6 @@ const (
 	ReasonRestoreFailed  = "RestoreFailed"
 	// ReasonCleanupFailed is the BackupsReady reason of a deletion that cannot delete the backups.
 	ReasonCleanupFailed = "CleanupFailed"
-	// ConditionBackupsReady mirrors backups.ConditionBackupsReady.
-	ConditionBackupsReady = "BackupsReady"
 )
 
 // SetBackups gives the controller its backups; call it before Start.
@@ -97,7 +95,7 @@ func (c *Controller) backupStatus(mc *unstructured.Unstructured, spec api.Spec, 
 		if cond != nil && spec.Backup != nil {
 			meta.SetStatusCondition(&s.Conditions, *cond)
 		} else if spec.Backup == nil {
-			meta.RemoveStatusCondition(&s.Conditions, ConditionBackupsReady)
+			meta.RemoveStatusCondition(&s.Conditions, backups.ConditionBackupsReady)
 		}
 	}
 	rs := s.Restore
@@ -168,7 +166,7 @@ func (c *Controller) cleanupBackups(ctx context.Context, mc *unstructured.Unstru
 		err, mc.GetName(), mc.GetNamespace())
 	c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonCleanupFailed, "Deleting the backups: %s", msg)
 	st := statusOf(mc)
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionBackupsReady, Status: metav1.ConditionFalse,
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: backups.ConditionBackupsReady, Status: metav1.ConditionFalse,
 		Reason: ReasonCleanupFailed, Message: msg, ObservedGeneration: mc.GetGeneration()})
 	if werr := c.writeStatus(ctx, mc, st); werr != nil {
 		return werr
