@@ -69,8 +69,10 @@ func (c *Controller) resolveRestore(ctx context.Context, mc *unstructured.Unstru
 		return nil, false, fmt.Errorf("ManagedCache/%s/%s: spec.restore: %w", mc.GetNamespace(), mc.GetName(), err)
 	}
 	if rs.Refused != "" {
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore refused: %s", rs.Refused)
-		metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "failed")
+		if c.firstRestoreOutcome(mc, "failed", rs.Location) {
+			c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore refused: %s", rs.Refused)
+			metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "failed")
+		}
 	} else {
 		c.recorder.Eventf(mc, corev1.EventTypeNormal, "RestoreStarted", "Restoring %s (%d bytes, %d keys, %s) into %s", rs.Location, rs.Bytes, rs.Keys, rs.Version, api.RestoreMember(mc.GetName()))
 	}
@@ -137,9 +139,11 @@ func (c *Controller) advanceRestore(mc *unstructured.Unstructured, spec api.Spec
 	switch {
 	case next.Phase == rs.Phase:
 	case next.Phase == api.RestoreCompleted:
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, "Restored", "Restored %s into %s, now the primary", rs.Location, member)
-		metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "completed")
-	case next.Phase == api.RestoreFailed && rs.Refused == "":
+		if c.firstRestoreOutcome(mc, "completed", rs.Location) {
+			c.recorder.Eventf(mc, corev1.EventTypeNormal, "Restored", "Restored %s into %s, now the primary", rs.Location, member)
+			metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "completed")
+		}
+	case next.Phase == api.RestoreFailed && rs.Refused == "" && c.firstRestoreOutcome(mc, "failed", rs.Location):
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore of %s failed: %s", rs.Location, next.Message)
 		metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "failed")
 	}
@@ -150,6 +154,20 @@ func (c *Controller) advanceRestore(mc *unstructured.Unstructured, spec api.Spec
 	out := mc.DeepCopy()
 	_ = unstructured.SetNestedField(out.Object, raw, "status", "restore")
 	return out
+}
+
+// firstRestoreOutcome says whether this is the first time this process reports the outcome of
+// mc's restore of location; a pass working from a copy older than its own status write comes
+// to the same outcome again and must not count it twice.
+func (c *Controller) firstRestoreOutcome(mc *unstructured.Unstructured, outcome, location string) bool {
+	v := string(mc.GetUID()) + " " + outcome + " " + location
+	prev, loaded := c.restoreOutcomes.Swap(mc.GetNamespace()+"/"+mc.GetName(), v)
+	return !loaded || prev.(string) != v
+}
+
+// forgetRestoreOutcomes drops the outcomes remembered for the deleted cache namespace/name.
+func (c *Controller) forgetRestoreOutcomes(namespace, name string) {
+	c.restoreOutcomes.Delete(namespace + "/" + name)
 }
 
 // cleanupBackups runs the backups' cleanup of a deleted cache; a failure is reported in the

@@ -51,6 +51,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	if !exists {
 		c.statusWrites.forget(key)
 		c.verified.forget(key)
+		c.forgetRestoreOutcomes(ns, name)
 		metrics.ForgetCache(ns, name)
 		klog.V(4).InfoS("ManagedCache is gone; its children are left to garbage collection", "managedcache", key)
 		return nil

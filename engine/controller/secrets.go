@@ -68,7 +68,7 @@ func (c *Controller) certificates(mc *unstructured.Unstructured, spec api.Spec) 
 	if spec.TLS {
 		metrics.CertificateExpiry(mc.GetNamespace(), mc.GetName(), d.NotAfter)
 	} else {
-		metrics.ForgetCache(mc.GetNamespace(), mc.GetName())
+		metrics.ForgetCertificate(mc.GetNamespace(), mc.GetName())
 	}
 	c.queue.AddAfter(mc.GetNamespace()+"/"+mc.GetName(), time.Until(d.RenewAt)+time.Second)
 	return d, nil
