@@ -280,7 +280,9 @@ func RestoreFinished(namespace, cache, result string) {
 }
 
 // ForgetCertificate drops the certificate expiry of a cache that no longer serves TLS.
-func ForgetCertificate(namespace, cache string) { certificateExpiry.DeleteLabelValues(namespace, cache) }
+func ForgetCertificate(namespace, cache string) {
+	certificateExpiry.DeleteLabelValues(namespace, cache)
+}
 
 // ForgetCache drops a deleted cache's series.
 func ForgetCache(namespace, cache string) {
