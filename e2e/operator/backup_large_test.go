@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -77,6 +78,19 @@ func (p *latencyProbe) p99(from, to time.Time) (time.Duration, int) {
 		return 0, 0
 	}
 	return ds[(len(ds)*99)/100], len(ds)
+}
+
+// windows is the p99 of each window of width in [from, to), as "max/p99" milliseconds: where
+// in a phase the slow writes fall.
+func (p *latencyProbe) windows(from, to time.Time, width time.Duration) string {
+	var out []string
+	for w := from; w.Before(to); w = w.Add(width) {
+		p99, n := p.p99(w, w.Add(width))
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%.1f", float64(p99.Microseconds())/1000))
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 // fillBytes writes about total bytes of incompressible values of size bytes each (database 0).
@@ -172,6 +186,7 @@ func TestBackupOneGiB(t *testing.T) {
 	}
 	forks := infoStat(t, c, ns, "big", primary.Status.PodIP, "stats", "total_forks")
 	syncs := infoStat(t, c, ns, "big", primary.Status.PodIP, "stats", "sync_full")
+	tl := startTimeline(t, c, ns, "big", 500*time.Millisecond, 5*time.Minute)
 	backupStart := time.Now()
 	createBackup(t, c, ns, "full", "big")
 	rssMax := rssBefore
@@ -184,10 +199,15 @@ func TestBackupOneGiB(t *testing.T) {
 		if err != nil {
 			return false, "", err
 		}
+		if prev := st.Phase; readBackup(b).Phase != prev {
+			tl.Mark("backup " + readBackup(b).Phase)
+		}
 		st = readBackup(b)
 		return st.Phase == "Completed" || st.Phase == "Failed", st.Phase + " " + st.Message, nil
 	})
 	backupEnd := time.Now()
+	tl.Log(t, "the source's members during the backup")
+	t.Logf("primary p99 write latency per 5 s window during the backup (ms): %s", probe.windows(backupStart, backupEnd, 5*time.Second))
 	took := backupEnd.Sub(backupStart)
 	p99Before, nBefore := probe.p99(beforeFrom, backupStart)
 	p99During, nDuring := probe.p99(backupStart, backupEnd)
@@ -213,6 +233,7 @@ func TestBackupOneGiB(t *testing.T) {
 	probe.halt()
 
 	restoreStart := time.Now()
+	rtl := startTimeline(t, c, ns, "copy", 500*time.Millisecond, 5*time.Minute)
 	createCacheV2(t, c, ns, "copy", spec(map[string]interface{}{"restore": map[string]interface{}{"backup": "full"}}))
 	dumpMembersOnFailure(t, c, ns, "copy")
 	var serving time.Duration
@@ -226,8 +247,11 @@ func TestBackupOneGiB(t *testing.T) {
 		serving = time.Since(restoreStart)
 		return phase == "Completed", phase + ": " + msg, nil
 	})
+	rtl.Mark("restore Completed")
 	cp := waitWhole(t, c, ns, "copy", 3, 5*time.Minute)
 	ready := time.Since(restoreStart)
+	rtl.Mark("cache whole")
+	rtl.Log(t, "the restored cache's members")
 	got := fingerprint(t, memberClient(t, c, ns, "copy", cp.Name))
 	t.Logf("restore of 1 GiB into a new size-3 cache: the restored member primary after %s, the cache Ready (both replicas synced) after %s; %s (source %s)",
 		serving.Round(100*time.Millisecond), ready.Round(100*time.Millisecond), got, want)
