@@ -15,7 +15,7 @@ import (
 )
 
 // The status conditions of a ManagedCache, each decided in one place: Ready (newStatus, from the
-// StatefulSet and the member view), StorageResizing (prepareStorage), Degraded and ConfigApplied
+// StatefulSet and the member view), StorageResizing (package storage), Degraded and ConfigApplied
 // (from the member pass's view) and PasswordApplied (from the view and the credentials decision).
 
 // ConditionReady is the condition that says whether a cache is serving.

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,23 +12,21 @@ import (
 	"sync"
 	"time"
 
-	"example.com/cache-operator/engine/credentials"
-	"example.com/cache-operator/engine/dataplane"
-	"example.com/cache-operator/engine/informers"
-	"example.com/cache-operator/engine/roles"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/credentials"
+	"example.com/cache-operator/engine/dataplane"
+	"example.com/cache-operator/engine/informers"
 	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/ssa"
+	"example.com/cache-operator/engine/storage"
 )
 
 // errStaleCache means the informer cache is behind the API server; the key is retried.
@@ -128,12 +125,12 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	var failReason, failMessage string
 	var retry error
 	var sts *unstructured.Unstructured
-	var storage storageOutcome
+	var resize storage.Outcome
 	var done changes
 	for _, want := range desired {
 		var prepErr error
 		if want.GroupVersionKind() == informers.StatefulSet {
-			if storage, prepErr = c.prepareStorage(ctx, mc, want); prepErr == nil && storage.replaced {
+			if resize, prepErr = c.prepareStorage(ctx, mc, want); prepErr == nil && resize.Replaced {
 				// Being replaced to grow its volumes: its pods run on, and status reads the old one.
 				sts, _ = c.child(informers.StatefulSet, want.GetNamespace(), want.GetName())
 				continue
@@ -170,8 +167,8 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		}
 	}
 	done.record(c.recorder, mc)
-	if failReason == "" && retry == nil && len(done.created)+len(done.updated) == 0 && storage.condition == nil &&
-		!storage.replaced && len(done.verified) == len(desired) && authd.OverlapEnds.IsZero() && authd.Rejected == "" {
+	if failReason == "" && retry == nil && len(done.created)+len(done.updated) == 0 && resize.Condition == nil &&
+		!resize.Replaced && len(done.verified) == len(desired) && authd.OverlapEnds.IsZero() && authd.Rejected == "" {
 		// (An overlap ends with time, not with a change the pass would see; a refused password
 		// is reported by each pass until it is fixed.)
 		pass := verifiedPass{inputs: inputs, epoch: epoch, children: done.verified, sts: -1, until: tlsd.RenewAt}
@@ -183,7 +180,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		c.verified.set(key, pass)
 	}
 	c.members.Enqueue(key) // the member pass follows what this reconcile wrote
-	st := newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, storage.condition, view, viewOK, failReason, failMessage)
+	st := newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, resize.Condition, view, viewOK, failReason, failMessage)
 	applyPasswordCondition(&st, view, viewOK, authd, mc.GetGeneration())
 	st.TLS = tlsStatusOf(mc, spec, tlsd)
 	c.backupStatus(mc, spec, &st, view, viewOK)
@@ -562,43 +559,4 @@ func splitKey(key string) (string, string, error) {
 		return "", "", fmt.Errorf("key %q is not namespace/name", key)
 	}
 	return parts[0], parts[1], nil
-}
-
-// prepareUpdateStrategy changes the type of a live StatefulSet's update strategy when want has
-// another, with a JSON patch that replaces the whole strategy. An apply cannot do it: the API
-// server filled in rollingUpdate when the type was RollingUpdate, and rollingUpdate is invalid
-// with any other type, so an apply of type OnDelete alone is refused (StatefulSets made before
-// members had roles roll with RollingUpdate; the operator now rolls them itself, OnDelete).
-func (c *Controller) prepareUpdateStrategy(ctx context.Context, want *unstructured.Unstructured) error {
-	live, err := c.child(informers.StatefulSet, want.GetNamespace(), want.GetName())
-	if err != nil || live == nil {
-		return err
-	}
-	wantType, _, _ := unstructured.NestedString(want.Object, "spec", "updateStrategy", "type")
-	liveType, _, _ := unstructured.NestedString(live.Object, "spec", "updateStrategy", "type")
-	if wantType == "" || wantType == liveType {
-		return nil
-	}
-	strategy, _, _ := unstructured.NestedMap(want.Object, "spec", "updateStrategy")
-	patch, err := json.Marshal([]map[string]interface{}{
-		{"op": "test", "path": "/metadata/uid", "value": live.GetUID()},
-		{"op": "replace", "path": "/spec/updateStrategy", "value": strategy},
-	})
-	if err != nil {
-		return err
-	}
-	_, err = c.client.Resource(statefulSetResource).Namespace(live.GetNamespace()).Patch(ctx, live.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager})
-	if err != nil {
-		return ssa.Errorf(want, "changing the update strategy from %s to %s: %w", liveType, wantType, err)
-	}
-	klog.FromContext(ctx).Info("Changed the StatefulSet's update strategy", "from", liveType, "to", wantType)
-	return nil
-}
-
-// holdScaleDown keeps a StatefulSet at the primary's ordinal + 1 while a scale-down would remove the
-// primary: the member pass hands the role to a member that stays, and then the scale-down lands.
-func holdScaleDown(sts *unstructured.Unstructured, replicas int64, cacheName, primary string) {
-	if ord, ok := roles.OrdinalOf(cacheName, primary); ok && int64(ord) >= replicas {
-		_ = unstructured.SetNestedField(sts.Object, int64(ord)+1, "spec", "replicas")
-	}
 }

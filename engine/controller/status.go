@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/storage"
 )
 
 // cacheStatus is the status of a ManagedCache, as the CRD declares it.
@@ -76,9 +77,9 @@ func (s *cacheStatus) setReady(generation int64, ready bool, reason, message str
 
 // newStatus computes the status of mc from what the reconcile saw. failure, when set, is the
 // reason and message of the first child that could not be applied.
-// storage, when set, is the StorageResizing condition; nil removes it.
+// resizing, when set, is the StorageResizing condition; nil removes it.
 // view is what the last member pass found (ok: there was one).
-func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, sts *unstructured.Unstructured, storage *metav1.Condition, view dataplane.View, viewOK bool, failReason, failMessage string) cacheStatus {
+func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, sts *unstructured.Unstructured, resizing *metav1.Condition, view dataplane.View, viewOK bool, failReason, failMessage string) cacheStatus {
 	s := statusOf(mc)
 	gen := mc.GetGeneration()
 	s.ObservedGeneration = gen
@@ -100,10 +101,10 @@ func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain strin
 		// readyReplicas (the scale subresource's status) never exceeds spec.replicas.
 		s.ReadyReplicas = min(ready, spec.Replicas)
 	}
-	if storage != nil {
-		meta.SetStatusCondition(&s.Conditions, *storage)
+	if resizing != nil {
+		meta.SetStatusCondition(&s.Conditions, *resizing)
 	} else {
-		meta.RemoveStatusCondition(&s.Conditions, ConditionStorageResizing)
+		meta.RemoveStatusCondition(&s.Conditions, storage.ConditionResizing)
 	}
 	msg := fmt.Sprintf("%d/%d replicas ready", s.ReadyReplicas, spec.Replicas)
 	switch {

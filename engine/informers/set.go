@@ -29,6 +29,8 @@ var (
 	StatefulSet = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}
 	// Pods is the resource of the members' pods.
 	Pods = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	// StatefulSets is the resource of the StatefulSets, for the requests apply cannot make.
+	StatefulSets = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}
 )
 
 // Options tune the informers.

@@ -1,24 +1,5 @@
-package controller
-
-import (
-	"context"
-	"encoding/json"
-	"fmt"
-	"time"
-
-	"example.com/cache-operator/engine/informers"
-
-	"example.com/cache-operator/engine/api"
-	"example.com/cache-operator/engine/ssa"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-)
-
+// Package storage grows a cache's volumes.
+//
 // A StatefulSet's volumeClaimTemplates are immutable, and its claims are not resized when the
 // templates change. Growing a cache's storage therefore takes three steps, each safe to repeat:
 //
@@ -30,31 +11,60 @@ import (
 // A change the templates cannot take (shrinking, another StorageClass, a class that does not
 // allow expansion) keeps the live templates in the applied StatefulSet, so that every other change
 // (members, version, configuration) still lands, and is reported in StorageResizing and an Event.
+package storage
 
-// ConditionStorageResizing is present while a cache's volumes are being grown, or when a storage
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/record"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/informers"
+	"example.com/cache-operator/engine/ssa"
+)
+
+// ConditionResizing is present while a cache's volumes are being grown, or when a storage
 // change cannot be made.
-const ConditionStorageResizing = "StorageResizing"
+const ConditionResizing = "StorageResizing"
 
 // Reasons of the StorageResizing condition.
 const (
-	ReasonExpandingVolumes       = "ExpandingVolumes"
-	ReasonExpansionNotAllowed    = "ExpansionNotAllowed"
-	ReasonStorageChangeImmutable = "StorageChangeImmutable"
+	ReasonExpandingVolumes    = "ExpandingVolumes"
+	ReasonExpansionNotAllowed = "ExpansionNotAllowed"
+	ReasonChangeImmutable     = "StorageChangeImmutable"
 )
 
 var (
 	pvcResource          = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
 	storageClassResource = schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"}
-	statefulSetResource  = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}
 )
 
-// storageOutcome is what prepareStorage decided.
-type storageOutcome struct {
-	// condition is the StorageResizing condition to show (nil: none).
-	condition *metav1.Condition
-	// replaced is true when the StatefulSet was just deleted (orphaning its pods) to be created
+// Outcome is what Prepare decided.
+type Outcome struct {
+	// Condition is the StorageResizing condition to show (nil: none).
+	Condition *metav1.Condition
+	// Replaced is true when the StatefulSet was just deleted (orphaning its pods) to be created
 	// again with larger templates: skip it this pass.
-	replaced bool
+	Replaced bool
+	// RequeueAfter, when set, is when to look again: claims are not watched.
+	RequeueAfter time.Duration
+}
+
+// Resizer grows caches' volumes through the API server.
+type Resizer struct {
+	Client   dynamic.Interface
+	Recorder record.EventRecorder
 }
 
 // claimTemplate is the storage request and class of a volumeClaimTemplate.
@@ -109,86 +119,85 @@ func keepLiveTemplates(want, live *unstructured.Unstructured) error {
 	return unstructured.SetNestedSlice(want.Object, vcts, "spec", "volumeClaimTemplates")
 }
 
-// prepareStorage compares the StatefulSet want with the live one's volume templates and grows
-// the cache's volumes, replaces the StatefulSet, or keeps the live templates in want, as the
-// comment above says. It makes API requests only when the templates differ or a resize is under
-// way.
-func (c *Controller) prepareStorage(ctx context.Context, mc, want *unstructured.Unstructured) (storageOutcome, error) {
-	live, err := c.child(informers.StatefulSet, want.GetNamespace(), want.GetName())
-	if err != nil || live == nil {
-		return storageOutcome{}, err
+// Prepare compares the StatefulSet want with the live one's volume templates and grows the
+// cache's volumes, replaces the StatefulSet, or keeps the live templates in want, as the package
+// comment says. current is the cache's StorageResizing condition (nil: none). It makes API
+// requests only when the templates differ or a resize is under way.
+func (r *Resizer) Prepare(ctx context.Context, mc, want, live *unstructured.Unstructured, current *metav1.Condition) (Outcome, error) {
+	if live == nil {
+		return Outcome{}, nil
 	}
 	if live.GetDeletionTimestamp() != nil {
 		// Being replaced: its deletion will enqueue the cache, which then creates the new one.
 		// The resize goes on meanwhile: keep showing it.
-		return storageOutcome{replaced: true, condition: statusCondition(mc, ConditionStorageResizing)}, nil
+		return Outcome{Replaced: true, Condition: current}, nil
 	}
 	wantT, err := claimTemplates(want)
 	if err != nil {
-		return storageOutcome{}, err
+		return Outcome{}, err
 	}
 	liveT, err := claimTemplates(live)
 	if err != nil {
-		return storageOutcome{}, err
+		return Outcome{}, err
 	}
 	grow := false
 	for i := range wantT {
 		if i >= len(liveT) || wantT[i].name != liveT[i].name || wantT[i].class != liveT[i].class {
-			return c.refuseStorage(mc, want, live, ReasonStorageChangeImmutable,
+			return r.refuse(mc, current, want, live, ReasonChangeImmutable,
 				"the volume templates' names or StorageClass cannot change for existing members")
 		}
 		switch wantT[i].size.Cmp(liveT[i].size) {
 		case -1:
-			return c.refuseStorage(mc, want, live, ReasonStorageChangeImmutable,
+			return r.refuse(mc, current, want, live, ReasonChangeImmutable,
 				fmt.Sprintf("volumes cannot shrink from %s to %s", liveT[i].size.String(), wantT[i].size.String()))
 		case 1:
 			grow = true
 		}
 	}
 	if !grow {
-		return c.resizeProgress(ctx, mc, wantT)
+		return r.progress(ctx, mc, current, wantT)
 	}
-	allowed, class, err := c.expansionAllowed(ctx, liveT[0].class)
+	allowed, class, err := r.expansionAllowed(ctx, liveT[0].class)
 	if err != nil {
-		return storageOutcome{}, err
+		return Outcome{}, err
 	}
 	if !allowed {
-		return c.refuseStorage(mc, want, live, ReasonExpansionNotAllowed,
+		return r.refuse(mc, current, want, live, ReasonExpansionNotAllowed,
 			fmt.Sprintf("StorageClass %s does not allow volume expansion; the volumes stay at %s", class, liveT[0].size.String()))
 	}
-	claims, err := c.expandClaims(ctx, mc, wantT)
+	claims, err := r.expandClaims(ctx, mc, wantT)
 	if err != nil {
-		return storageOutcome{}, err
+		return Outcome{}, err
 	}
 	// Replace the StatefulSet, orphaning its pods and claims; the precondition makes sure it is
 	// the one we read.
 	orphan := metav1.DeletePropagationOrphan
 	uid := live.GetUID()
-	if err := c.client.Resource(statefulSetResource).Namespace(live.GetNamespace()).Delete(ctx, live.GetName(),
+	if err := r.Client.Resource(informers.StatefulSets).Namespace(live.GetNamespace()).Delete(ctx, live.GetName(),
 		metav1.DeleteOptions{PropagationPolicy: &orphan, Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil {
-		return storageOutcome{}, ssa.Errorf(live, "replacing to grow its volume templates: %w", err)
+		return Outcome{}, ssa.Errorf(live, "replacing to grow its volume templates: %w", err)
 	}
-	c.recorder.Eventf(mc, corev1.EventTypeNormal, "StorageGrowing",
+	r.Recorder.Eventf(mc, corev1.EventTypeNormal, "StorageGrowing",
 		"Expanding the volumes to %s and replacing %s without its pods (they keep running)", wantT[0].size.String(), ssa.ObjectID(live))
-	return storageOutcome{replaced: true, condition: resizingCondition(mc, 0, claims, wantT[0].size)}, nil
+	return Outcome{Replaced: true, Condition: resizingCondition(mc, 0, claims, wantT[0].size)}, nil
 }
 
-func (c *Controller) refuseStorage(mc, want, live *unstructured.Unstructured, reason, message string) (storageOutcome, error) {
+func (r *Resizer) refuse(mc *unstructured.Unstructured, current *metav1.Condition, want, live *unstructured.Unstructured, reason, message string) (Outcome, error) {
 	if err := keepLiveTemplates(want, live); err != nil {
-		return storageOutcome{}, err
+		return Outcome{}, err
 	}
-	if cond := statusCondition(mc, ConditionStorageResizing); cond == nil || cond.Reason != reason || cond.Message != message {
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, reason, "Storage change refused: %s", message)
+	if cond := current; cond == nil || cond.Reason != reason || cond.Message != message {
+		r.Recorder.Eventf(mc, corev1.EventTypeWarning, reason, "Storage change refused: %s", message)
 	}
-	return storageOutcome{condition: &metav1.Condition{Type: ConditionStorageResizing, Status: metav1.ConditionFalse,
+	return Outcome{Condition: &metav1.Condition{Type: ConditionResizing, Status: metav1.ConditionFalse,
 		Reason: reason, Message: message, ObservedGeneration: mc.GetGeneration()}}, nil
 }
 
 // expansionAllowed reads whether the StorageClass class (the default one when empty) allows
 // volume expansion.
-func (c *Controller) expansionAllowed(ctx context.Context, class string) (bool, string, error) {
+func (r *Resizer) expansionAllowed(ctx context.Context, class string) (bool, string, error) {
 	if class == "" {
-		list, err := c.client.Resource(storageClassResource).List(ctx, metav1.ListOptions{})
+		list, err := r.Client.Resource(storageClassResource).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, "", fmt.Errorf("listing StorageClasses to find the default: %w", err)
 		}
@@ -200,7 +209,7 @@ func (c *Controller) expansionAllowed(ctx context.Context, class string) (bool, 
 		}
 		return false, "(default)", nil
 	}
-	sc, err := c.client.Resource(storageClassResource).Get(ctx, class, metav1.GetOptions{})
+	sc, err := r.Client.Resource(storageClassResource).Get(ctx, class, metav1.GetOptions{})
 	if err != nil {
 		return false, class, fmt.Errorf("StorageClass/%s: %w", class, err)
 	}
@@ -209,8 +218,8 @@ func (c *Controller) expansionAllowed(ctx context.Context, class string) (bool, 
 }
 
 // claims lists the cache's PersistentVolumeClaims (they carry its selector labels).
-func (c *Controller) claims(ctx context.Context, mc *unstructured.Unstructured) ([]unstructured.Unstructured, error) {
-	list, err := c.client.Resource(pvcResource).Namespace(mc.GetNamespace()).List(ctx, metav1.ListOptions{
+func (r *Resizer) claims(ctx context.Context, mc *unstructured.Unstructured) ([]unstructured.Unstructured, error) {
+	list, err := r.Client.Resource(pvcResource).Namespace(mc.GetNamespace()).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.SelectorFromSet(api.SelectorLabels(mc.GetName())).String()})
 	if err != nil {
 		return nil, ssa.Errorf(mc, "listing its PersistentVolumeClaims: %w", err)
@@ -220,8 +229,8 @@ func (c *Controller) claims(ctx context.Context, mc *unstructured.Unstructured) 
 
 // expandClaims asks every claim of the cache that is smaller than its template for the new size.
 // It returns how many claims the cache has.
-func (c *Controller) expandClaims(ctx context.Context, mc *unstructured.Unstructured, templates []claimTemplate) (int, error) {
-	claims, err := c.claims(ctx, mc)
+func (r *Resizer) expandClaims(ctx context.Context, mc *unstructured.Unstructured, templates []claimTemplate) (int, error) {
+	claims, err := r.claims(ctx, mc)
 	if err != nil {
 		return 0, err
 	}
@@ -239,7 +248,7 @@ func (c *Controller) expandClaims(ctx context.Context, mc *unstructured.Unstruct
 		}
 		patch, _ := json.Marshal(map[string]interface{}{"spec": map[string]interface{}{"resources": map[string]interface{}{
 			"requests": map[string]interface{}{"storage": t.size.String()}}}})
-		if _, err := c.client.Resource(pvcResource).Namespace(pvc.GetNamespace()).Patch(ctx, pvc.GetName(), types.MergePatchType, patch,
+		if _, err := r.Client.Resource(pvcResource).Namespace(pvc.GetNamespace()).Patch(ctx, pvc.GetName(), types.MergePatchType, patch,
 			metav1.PatchOptions{FieldManager: api.FieldManager}); err != nil {
 			return 0, fmt.Errorf("PersistentVolumeClaim/%s/%s: expanding to %s: %w", pvc.GetNamespace(), pvc.GetName(), t.size.String(), err)
 		}
@@ -260,14 +269,14 @@ func templateOf(pvc *unstructured.Unstructured, cache string, templates []claimT
 
 // resizeProgress reports StorageResizing while a claim of the cache is smaller than its template.
 // It reads the claims only when the cache shows a resize under way.
-func (c *Controller) resizeProgress(ctx context.Context, mc *unstructured.Unstructured, templates []claimTemplate) (storageOutcome, error) {
-	cond := statusCondition(mc, ConditionStorageResizing)
+func (r *Resizer) progress(ctx context.Context, mc *unstructured.Unstructured, current *metav1.Condition, templates []claimTemplate) (Outcome, error) {
+	cond := current
 	if cond == nil || cond.Reason != ReasonExpandingVolumes {
-		return storageOutcome{}, nil
+		return Outcome{}, nil
 	}
-	claims, err := c.claims(ctx, mc)
+	claims, err := r.claims(ctx, mc)
 	if err != nil {
-		return storageOutcome{}, err
+		return Outcome{}, err
 	}
 	done, total := 0, 0
 	for i := range claims {
@@ -282,17 +291,16 @@ func (c *Controller) resizeProgress(ctx context.Context, mc *unstructured.Unstru
 		}
 	}
 	if done == total {
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, "StorageGrown", "All %d volumes are %s", total, templates[0].size.String())
-		return storageOutcome{}, nil
+		r.Recorder.Eventf(mc, corev1.EventTypeNormal, "StorageGrown", "All %d volumes are %s", total, templates[0].size.String())
+		return Outcome{}, nil
 	}
-	c.queue.AddAfter(mc.GetNamespace()+"/"+mc.GetName(), resizePoll)
-	return storageOutcome{condition: resizingCondition(mc, done, total, templates[0].size)}, nil
+	return Outcome{Condition: resizingCondition(mc, done, total, templates[0].size), RequeueAfter: resizePoll}, nil
 }
 
 // resizePoll is how often a cache is checked while its claims grow (claims are not watched).
 const resizePoll = 2 * time.Second
 
 func resizingCondition(mc *unstructured.Unstructured, done, total int, size resource.Quantity) *metav1.Condition {
-	return &metav1.Condition{Type: ConditionStorageResizing, Status: metav1.ConditionTrue, Reason: ReasonExpandingVolumes,
+	return &metav1.Condition{Type: ConditionResizing, Status: metav1.ConditionTrue, Reason: ReasonExpandingVolumes,
 		Message: fmt.Sprintf("%d/%d volumes expanded to %s", done, total, size.String()), ObservedGeneration: mc.GetGeneration()}
 }
