@@ -590,12 +590,40 @@ func TestStatusWritesArePaced(t *testing.T) {
 	if d := w.wait("a", now.Add(time.Minute)); d != statusProgressInterval {
 		t.Errorf("progress seen anew after a settled status waits %v", d)
 	}
-	w.wrote("a", "10", "11")
-	if rv := w.current("a", "10"); rv != "11" {
-		t.Errorf("the cache still shows resourceVersion 10, which our write replaced with 11: update %s, want 11", rv)
+	// A write the informer cache does not show yet is what the next reconcile starts from.
+	written := func(rv, degraded string) *unstructured.Unstructured {
+		o := newCache("a")
+		o.SetResourceVersion(rv)
+		o.Object["status"] = map[string]interface{}{"conditions": []interface{}{map[string]interface{}{"type": "Degraded", "status": degraded}}}
+		return o
 	}
-	if rv := w.current("a", "12"); rv != "12" {
-		t.Errorf("the cache shows 12: update %s, want 12", rv)
+	degradedOf := func(mc *unstructured.Unstructured) string {
+		if cd := statusCondition(mc, "Degraded"); cd != nil {
+			return string(cd.Status)
+		}
+		return ""
+	}
+	stale := written("10", "False")
+	w.wrote("a", "10", written("11", "True"))
+	if got := w.overlay("a", stale); got.GetResourceVersion() != "11" || degradedOf(got) != "True" {
+		t.Errorf("the cache still shows resourceVersion 10, which our write replaced with 11: reconcile from %s with Degraded %s; want 11, True",
+			got.GetResourceVersion(), degradedOf(got))
+	}
+	if degradedOf(stale) != "False" {
+		t.Error("overlay changed the informer cache's object")
+	}
+	// A second write over the first, the cache still at 10.
+	w.wrote("a", "11", written("12", "False"))
+	if got := w.overlay("a", stale); got.GetResourceVersion() != "12" || degradedOf(got) != "False" {
+		t.Errorf("after a second write while the cache shows 10: reconcile from %s with Degraded %s; want 12, False",
+			got.GetResourceVersion(), degradedOf(got))
+	}
+	caughtUp := written("12", "False")
+	if got := w.overlay("a", caughtUp); got != caughtUp {
+		t.Error("the cache caught up: reconcile from a copy; want the cache's object")
+	}
+	if got := w.overlay("a", stale); got != stale {
+		t.Error("once caught up the write is forgotten; an older copy is the cache's own")
 	}
 	later := now.Add(time.Minute)
 	if d := w.wait("a", later); d != statusProgressInterval {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -55,6 +56,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "managedcache", klog.KRef(ns, name))
 	ctx = klog.NewContext(ctx, logger)
+	mc = c.statusWrites.overlay(key, mc)
 
 	if mc.GetDeletionTimestamp() != nil {
 		return c.finalize(ctx, mc)
@@ -352,15 +354,11 @@ func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructu
 			return nil
 		}
 	}
-	// The cache may not show our previous status write yet: then that write's resourceVersion
-	// is the one to update (the cache's would be refused as a conflict).
-	base := mc.GetResourceVersion()
-	updated.SetResourceVersion(c.statusWrites.current(key, base))
 	out, err := c.client.Resource(api.Resource).Namespace(mc.GetNamespace()).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: api.FieldManager})
 	if err != nil {
 		return fmt.Errorf("ManagedCache/%s/%s: writing status: %w", mc.GetNamespace(), mc.GetName(), err)
 	}
-	c.statusWrites.wrote(key, base, out.GetResourceVersion())
+	c.statusWrites.wrote(key, mc.GetResourceVersion(), out)
 	ready := "Unknown"
 	for _, cond := range s.Conditions {
 		if cond.Type == ConditionReady {
@@ -436,27 +434,42 @@ func isReady(s cacheStatus) bool {
 // into one write; in a fleet's roll each member's restart moves the ready count down and up again.
 const statusProgressInterval = 5 * time.Second
 
-// statusWrites remembers, per cache, since when progress waits to be written, and the
-// resourceVersion the last write wrote over and the one it got, until the informer cache shows
-// the write.
+// statusWrites remembers, per cache, since when progress waits to be written, and the last
+// status this process wrote, until the informer cache shows it.
 type statusWrites struct {
 	mu      sync.Mutex
 	pending map[string]time.Time // when unwritten progress was first seen
-	rv      map[string][2]string // key: {resourceVersion written over, resourceVersion written}
+	last    map[string]writtenStatus
 }
 
-// current returns the resourceVersion to update: the one our last write got while the informer
-// cache still shows the one it wrote over, else the cache's.
-func (w *statusWrites) current(key, cached string) string {
+// writtenStatus is a status write: the resourceVersion the informer cache showed when it was
+// made (over), the one it got, and the status written.
+type writtenStatus struct {
+	over, rv string
+	status   map[string]interface{}
+}
+
+// overlay returns mc as this process last wrote it while the informer cache still shows the
+// version that write replaced (its watch can lag, or break and list again, as when the API server
+// restarts): the status and resourceVersion of the write over the cache's copy, whose spec and
+// metadata the status write did not change. Otherwise mc. A reconcile that compared its status
+// with the cache's older copy would find nothing to write, and leave our last write (a condition
+// since cleared) standing until some other change.
+func (w *statusWrites) overlay(key string, mc *unstructured.Unstructured) *unstructured.Unstructured {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if rv, ok := w.rv[key]; ok {
-		if rv[0] == cached {
-			return rv[1]
-		}
-		delete(w.rv, key) // the cache has caught up (or someone else wrote)
+	last, ok := w.last[key]
+	if !ok {
+		return mc
 	}
-	return cached
+	if last.over != mc.GetResourceVersion() {
+		delete(w.last, key) // the cache has caught up (or someone else wrote)
+		return mc
+	}
+	out := mc.DeepCopy()
+	out.Object["status"] = runtime.DeepCopyJSONValue(last.status)
+	out.SetResourceVersion(last.rv)
+	return out
 }
 
 // wait returns how long a progress write of key must wait (0: it may be written now): until
@@ -483,16 +496,24 @@ func (w *statusWrites) settled(key string) {
 	delete(w.pending, key)
 }
 
-func (w *statusWrites) wrote(key, from, to string) {
+// wrote records a status write over resourceVersion from that got out. A write over our own
+// last write keeps what the informer cache showed before both.
+func (w *statusWrites) wrote(key, from string, out *unstructured.Unstructured) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.rv == nil {
-		w.rv = map[string][2]string{}
+	if w.last == nil {
+		w.last = map[string]writtenStatus{}
 	}
 	delete(w.pending, key)
-	if from != "" && to != "" {
-		w.rv[key] = [2]string{from, to}
+	status, _ := out.Object["status"].(map[string]interface{})
+	if from == "" || out.GetResourceVersion() == "" || status == nil {
+		return
 	}
+	over := from
+	if last, ok := w.last[key]; ok && last.rv == from {
+		over = last.over
+	}
+	w.last[key] = writtenStatus{over: over, rv: out.GetResourceVersion(), status: status}
 }
 
 // forget drops a deleted cache.
@@ -500,7 +521,7 @@ func (w *statusWrites) forget(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.pending, key)
-	delete(w.rv, key)
+	delete(w.last, key)
 }
 
 // sortForApply puts Secrets first (the StatefulSet's pods need them), keeping template order
