@@ -44,6 +44,9 @@ quarters of the memory limit, or half the volume. min-replicas-*: the fence of a
 from its replicas (spec.failover). repl-diskless-sync-max-replicas: a full sync starts as soon as
 every other member waits for one, not after repl-diskless-sync-delay (5 s): a primary that restarted
 in place takes writes again once a replica synced (the fence), within a second or two.
+repl-diskless-load on-empty-db: a member with no data (a new one, or one whose volume was lost)
+loads a full sync as it arrives instead of writing it to disk and reading it back; one with data
+keeps it until the sync is whole. A restored 1 GiB cache is Ready about 5 s sooner.
 */}}
 {{- define "redis.live.conf" -}}
 maxmemory {{ .Spec.Eviction.MaxMemoryBytes }}
@@ -51,6 +54,7 @@ maxmemory-policy {{ .Spec.Eviction.Policy }}
 min-replicas-to-write {{ .Spec.Fence.MinReplicas }}
 min-replicas-max-lag {{ .Spec.Fence.MaxLagSeconds }}
 repl-diskless-sync-max-replicas {{ sub .Spec.Replicas 1 }}
+repl-diskless-load on-empty-db
 {{- end }}
 
 {{/*

@@ -186,7 +186,7 @@ func TestBackupOneGiB(t *testing.T) {
 	}
 	forks := infoStat(t, c, ns, "big", primary.Status.PodIP, "stats", "total_forks")
 	syncs := infoStat(t, c, ns, "big", primary.Status.PodIP, "stats", "sync_full")
-	tl := startTimeline(t, c, ns, "big", 500*time.Millisecond, 5*time.Minute)
+	tl := startTimeline(c, ns, "big", 500*time.Millisecond, 5*time.Minute)
 	backupStart := time.Now()
 	createBackup(t, c, ns, "full", "big")
 	rssMax := rssBefore
@@ -233,7 +233,7 @@ func TestBackupOneGiB(t *testing.T) {
 	probe.halt()
 
 	restoreStart := time.Now()
-	rtl := startTimeline(t, c, ns, "copy", 500*time.Millisecond, 5*time.Minute)
+	rtl := startTimeline(c, ns, "copy", 500*time.Millisecond, 5*time.Minute)
 	createCacheV2(t, c, ns, "copy", spec(map[string]interface{}{"restore": map[string]interface{}{"backup": "full"}}))
 	dumpMembersOnFailure(t, c, ns, "copy")
 	var serving time.Duration

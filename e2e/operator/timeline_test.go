@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"example.com/cache-operator/e2e/framework"
 )
@@ -33,9 +35,9 @@ type timeline struct {
 
 var infoField = regexp.MustCompile(`(?m)^(role|loading|master_link_status|master_sync_in_progress|aof_rewrite_in_progress|rdb_bgsave_in_progress|connected_slaves|aof_delayed_fsync):(\S+)`)
 
-func startTimeline(t *testing.T, c *framework.Cluster, ns, cache string, interval, maxTime time.Duration) *timeline {
+func startTimeline(c *framework.Cluster, ns, cache string, interval, maxTime time.Duration) *timeline {
 	tl := &timeline{start: time.Now(), last: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{})}
-	password := internalPassword(t, c, ns, cache)
+	password := ""
 	clients := map[string]*redis.Client{}
 	go func() {
 		defer close(tl.done)
@@ -50,6 +52,14 @@ func startTimeline(t *testing.T, c *framework.Cluster, ns, cache string, interva
 		for time.Now().Before(deadline) {
 			ctx, cancel := context.WithTimeout(context.Background(), interval+time.Second)
 			pods, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + cache})
+			if password == "" {
+				// The cache's Secret may not exist yet: its pods have no server to ask either.
+				if s, err := getChild(c, "Secret", ns, cache); err == nil {
+					enc, _, _ := unstructured.NestedString(s.Object, "data", "internal-password")
+					dec, _ := base64.StdEncoding.DecodeString(enc)
+					password = string(dec)
+				}
+			}
 			if err == nil {
 				for _, p := range pods.Items {
 					tl.record(p.Name, memberState(ctx, &p, clients, password))
