@@ -47,6 +47,7 @@ func main() {
 	templatesDir := flag.String("templates-dir", "", "render children from this folder instead of the embedded templates")
 	redisRepo := flag.String("image-repository", "redis", "image repository of engine redis; the tag is the engine version")
 	valkeyRepo := flag.String("valkey-image-repository", "valkey/valkey", "image repository of engine valkey")
+	backupRateLimit := flag.Int("backup-rate-limit", render.DefaultBackupRateLimit, "the most MiB/s a backup Job reads from a member (0: no limit); the member's snapshot, the checksums and the upload follow its pace")
 	operatorImage := flag.String("operator-image", envOr("OPERATOR_IMAGE", render.DefaultOperatorImage), "the operator's own image, which backup Jobs and restoring members run (cache-operator backup / restore)")
 	clusterDomain := flag.String("cluster-domain", api.DefaultClusterDomain, "the cluster's DNS domain, in the names of Services and members")
 	flag.IntVar(&cfg.Controller.Workers, "workers", 4, "caches reconciled in parallel")
@@ -97,6 +98,11 @@ func main() {
 	cfg.Controller.Render.Images = render.ImageRepositories{"redis": *redisRepo, "valkey": *valkeyRepo}
 	cfg.Controller.Render.ClusterDomain, cfg.Webhook.ClusterDomain = *clusterDomain, *clusterDomain
 	cfg.Controller.Render.OperatorImage = *operatorImage
+	if *backupRateLimit < 0 {
+		fmt.Fprintf(os.Stderr, "--backup-rate-limit: %d MiB/s; want 0 (no limit) or more\n", *backupRateLimit)
+		os.Exit(2)
+	}
+	cfg.Controller.Render.BackupRateLimit = *backupRateLimit
 	cfg.Templates = fs.FS(templates.FS)
 	if *templatesDir != "" {
 		cfg.Templates = os.DirFS(*templatesDir)

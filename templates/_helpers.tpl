@@ -55,6 +55,7 @@ min-replicas-to-write {{ .Spec.Fence.MinReplicas }}
 min-replicas-max-lag {{ .Spec.Fence.MaxLagSeconds }}
 repl-diskless-sync-max-replicas {{ sub .Spec.Replicas 1 }}
 repl-diskless-load on-empty-db
+rdbcompression no
 {{- end }}
 
 {{/*

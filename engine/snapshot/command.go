@@ -31,6 +31,7 @@ const (
 	EnvCache            = "CACHE"
 	EnvBackup           = "BACKUP"
 	EnvObjectKey        = "OBJECT_KEY"
+	EnvRateLimit        = "RATE_LIMIT_MIB" // the most MiB/s to read from the member (unset: no cap)
 	EnvPodName          = "POD_NAME"       // the restore: the pod it runs in
 	EnvRestoreMember    = "RESTORE_MEMBER" // the pod that restores; others start empty
 	EnvDataDir          = "DATA_DIR"
@@ -79,8 +80,16 @@ func BackupCommand(stdout, stderr io.Writer) int {
 		Member: os.Getenv(EnvMember), FromPrimary: os.Getenv(EnvFromPrimary) == "true",
 	}
 	key := os.Getenv(EnvObjectKey)
-	fmt.Fprintf(stderr, "backup: streaming %s (%s) to %s\n", m.Member, src.Addr, store.Location(key))
-	m, err = Backup(ctx, BackupOptions{Source: src, Store: store, Key: key, Manifest: m,
+	var limit int64
+	if v := os.Getenv(EnvRateLimit); v != "" {
+		mib, err := strconv.Atoi(v)
+		if err != nil || mib < 0 {
+			return fail(fmt.Errorf("%s=%q: want a whole number of MiB/s", EnvRateLimit, v))
+		}
+		limit = int64(mib) << 20
+	}
+	fmt.Fprintf(stderr, "backup: streaming %s (%s) to %s (at most %s)\n", m.Member, src.Addr, store.Location(key), rateString(limit))
+	m, err = Backup(ctx, BackupOptions{Source: src, Store: store, Key: key, Manifest: m, RateLimit: limit,
 		Progress: func(n int64) { fmt.Fprintf(stderr, "backup: %d MiB sent\n", n>>20) }})
 	if err != nil {
 		return fail(err)

@@ -37,6 +37,9 @@ type BackupOptions struct {
 	Manifest objectstore.Manifest
 	// Progress, when set, is called with the bytes sent so far, at most every few seconds.
 	Progress func(bytes int64)
+	// RateLimit, when positive, caps how fast the snapshot is read, in bytes per second: the
+	// member's snapshot, the checksums and the upload all follow.
+	RateLimit int64
 }
 
 // counter counts bytes and reports progress.
@@ -82,7 +85,7 @@ func Backup(ctx context.Context, o BackupOptions) (objectstore.Manifest, error) 
 	if err != nil {
 		return m, err
 	}
-	w := newWatched(rdb, o.Progress)
+	w := newWatched(paced(ctx, rdb, o.RateLimit), o.Progress)
 	_, err = cl.PutObject(ctx, o.Store.Bucket, o.Key, w, -1, minio.PutObjectOptions{
 		ContentType: "application/octet-stream", PartSize: PartSize, NumThreads: 1, SendContentMd5: true,
 		// No SHA-256 of each part for the request's signature (UNSIGNED-PAYLOAD), a pass over

@@ -1,0 +1,33 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"testing"
+	"time"
+)
+
+// A paced reader never goes faster than its cap (a lower bound on the time, which a slow machine
+// only raises), passes every byte through, and no cap is no wrapper.
+func TestPacedReader(t *testing.T) {
+	data := bytes.Repeat([]byte("x"), 2<<20)
+	if r := bytes.NewReader(data); paced(context.Background(), r, 0) != io.Reader(r) {
+		t.Error("no cap: want the reader itself")
+	}
+	start := time.Now()
+	got, err := io.ReadAll(paced(context.Background(), bytes.NewReader(data), 8<<20))
+	took := time.Since(start)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read %d of %d bytes, err %v", len(got), len(data), err)
+	}
+	// 2 MiB at 8 MiB/s, the first 256 KiB (the burst) at once: at least 224 ms.
+	if min := 224 * time.Millisecond; took < min {
+		t.Errorf("2 MiB at 8 MiB/s read in %s; the cap allows no less than %s", took, min)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := io.ReadAll(paced(ctx, bytes.NewReader(data), 1<<20)); err == nil {
+		t.Error("a cancelled context: the paced read went on; want its error")
+	}
+}
