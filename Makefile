@@ -84,7 +84,7 @@ test-e2e: cluster-bin ## end-to-end tests on a fresh cluster cache-test (deleted
 	@$(TEST_CLUSTER) hack/cluster/cluster.sh down >/dev/null
 	@rm -rf $(TEST_OBJECTSTORE)
 	@$(TEST_CLUSTER) hack/cluster/cluster.sh up
-	$(E2E_ENV) $(GO) test $(GO_TEST_FLAGS) -p 1 -timeout 45m -v ./e2e/... ./bench/
+	$(E2E_ENV) $(GO) test $(GO_TEST_FLAGS) -p 1 -timeout 60m -v ./e2e/... ./bench/
 	$(E2E_ENV) CACHE_E2E_LIFECYCLE=1 $(GO) test $(GO_TEST_FLAGS) -v -run TestRestoreIntoAFreshCluster ./e2e/lifecycle/
 	$(E2E_ENV) CACHE_E2E_LIFECYCLE=1 $(GO) test $(GO_TEST_FLAGS) -v -run TestClusterLifecycle ./e2e/lifecycle/
 
