@@ -298,6 +298,7 @@ func (c *Controller) enqueue(obj interface{}) {
 // periodic full check.
 func (c *Controller) cacheUpdated(old, cur interface{}) {
 	o, n := old.(metav1.Object), cur.(metav1.Object)
+	c.statusWrites.seen(n.GetNamespace()+"/"+n.GetName(), n.GetResourceVersion())
 	if o.GetResourceVersion() != n.GetResourceVersion() && statusOnlyUpdate(o, n) {
 		return
 	}

@@ -618,7 +618,16 @@ func TestStatusWritesArePaced(t *testing.T) {
 		t.Errorf("after a second write while the cache shows 10: reconcile from %s with Degraded %s; want 12, False",
 			got.GetResourceVersion(), degradedOf(got))
 	}
-	caughtUp := written("12", "False")
+	w.seen("a", "11") // an intermediate version: the last write is still to come
+	if got := w.overlay("a", stale); got.GetResourceVersion() != "12" {
+		t.Errorf("the informer showed an older write: reconcile from %s; want 12", got.GetResourceVersion())
+	}
+	w.seen("a", "12")
+	if got := w.overlay("a", stale); got != stale {
+		t.Error("the informer showed the last write: it is forgotten; want the cache's object")
+	}
+	w.wrote("a", "12", written("13", "True"))
+	caughtUp := written("13", "True")
 	if got := w.overlay("a", caughtUp); got != caughtUp {
 		t.Error("the cache caught up: reconcile from a copy; want the cache's object")
 	}

@@ -516,6 +516,16 @@ func (w *statusWrites) wrote(key, from string, out *unstructured.Unstructured) {
 	w.last[key] = writtenStatus{over: over, rv: out.GetResourceVersion(), status: status}
 }
 
+// seen drops key's last write once the informer cache shows it (resourceVersion rv): only a lag
+// keeps a copy of a status.
+func (w *statusWrites) seen(key, rv string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if last, ok := w.last[key]; ok && last.rv == rv {
+		delete(w.last, key)
+	}
+}
+
 // forget drops a deleted cache.
 func (w *statusWrites) forget(key string) {
 	w.mu.Lock()
