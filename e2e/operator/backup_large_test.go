@@ -199,10 +199,10 @@ func TestBackupOneGiB(t *testing.T) {
 		if err != nil {
 			return false, "", err
 		}
-		if prev := st.Phase; readBackup(b).Phase != prev {
-			tl.Mark("backup " + readBackup(b).Phase)
+		prev := st.Phase
+		if st = readBackup(b); st.Phase != prev {
+			tl.Mark("backup " + st.Phase)
 		}
-		st = readBackup(b)
 		return st.Phase == "Completed" || st.Phase == "Failed", st.Phase + " " + st.Message, nil
 	})
 	backupEnd := time.Now()

@@ -23,7 +23,8 @@ import (
 // timeline samples a cache's members every interval (pod phase and readiness, and from each
 // server: role, loading, sync, link, AOF rewrite, snapshot in progress) and keeps each member's
 // changes with the time since it began, for the log of a test that measures a slow phase: where
-// the time goes. Sampling errors are states too ("unreachable"); it never fails the test.
+// the time goes. A server that does not answer is a state too ("server: dial tcp ..."); it never
+// fails the test.
 type timeline struct {
 	start time.Time
 	mu    sync.Mutex
@@ -90,8 +91,8 @@ func memberState(ctx context.Context, p *corev1.Pod, clients map[string]*redis.C
 			state += ", init " + s.Name + " running"
 		}
 	}
-	if p.Status.PodIP == "" {
-		return state
+	if p.Status.PodIP == "" || password == "" {
+		return state // no server yet, or no Secret to authenticate with
 	}
 	addr := net.JoinHostPort(p.Status.PodIP, "6379")
 	cl := clients[addr]

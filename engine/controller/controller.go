@@ -125,9 +125,10 @@ type Controller struct {
 	// rejectedPasswords holds, per cache, the hash of the Secret password last refused, so
 	// that each refused value gets one Event.
 	rejectedPasswords sync.Map
-	// restoreOutcomes holds, per cache key, the restore outcome (with the UID) last reported, so that a pass
-	// that recomputes it from a stale copy (a status write not yet in the informer, or one that
-	// conflicted) reports it once: one Event and one count in cache_operator_restores_total.
+	// restoreOutcomes holds, per cache key, the restore outcome last reported (with the cache's
+	// UID), so that a pass that recomputes it from a stale copy (a status write not yet in the
+	// informer, or one that conflicted) reports it once: one Event and one count in
+	// cache_operator_restores_total.
 	restoreOutcomes sync.Map
 }
 
