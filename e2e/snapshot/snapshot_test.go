@@ -22,6 +22,7 @@ import (
 
 	"example.com/cache-operator/e2e/framework"
 	"example.com/cache-operator/engine/dataset"
+	"example.com/cache-operator/engine/member"
 	"example.com/cache-operator/engine/objectstore"
 	"example.com/cache-operator/engine/snapshot"
 )
@@ -76,8 +77,8 @@ func startProcess(t *testing.T, addr string, name string, args ...string) {
 const internalPassword = "internal-secret-for-tests"
 
 // startServer runs redis-server with the internal user's rules of templates/_helpers.tpl (the
-// commands a backup sends) and appendonly, in dir.
-func startServer(t *testing.T, dir string, replicaOf int) (string, *redis.Client) {
+// commands a backup sends) and appendonly, in dir, then the extra lines (later lines win).
+func startServer(t *testing.T, dir string, replicaOf int, extra ...string) (string, *redis.Client) {
 	t.Helper()
 	port := freePort(t)
 	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nappendonly yes\nsave \"\"\n"+
@@ -85,6 +86,9 @@ func startServer(t *testing.T, dir string, replicaOf int) (string, *redis.Client
 		"masteruser internal\nmasterauth %s\n", port, dir, internalPassword, internalPassword)
 	if replicaOf > 0 {
 		conf += fmt.Sprintf("replicaof 127.0.0.1 %d\n", replicaOf)
+	}
+	for _, l := range extra {
+		conf += l + "\n"
 	}
 	path := filepath.Join(dir, "redis.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
@@ -246,27 +250,84 @@ func TestBackupFromReplicaAndRestore(t *testing.T) {
 		t.Fatalf("manifest in the bucket %+v (%v); want %+v", read, err, m)
 	}
 
-	// Restore into an empty directory; a server started on it holds the same data.
-	dir := t.TempDir()
-	res, err := snapshot.Restore(ctx, snapshot.RestoreOptions{Store: store, Key: key, DataDir: dir, SHA256: m.SHA256, Bytes: m.Bytes})
-	if err != nil {
-		t.Fatalf("restore: %v", err)
+	// Restore into three empty directories, as a restored cache's members do. Each server starts
+	// as the member's start script starts it (templates/statefulset.yaml): appendonly off, so
+	// that it loads the snapshot with the replication history it records; the first as the
+	// primary, the others as its replicas. Each holds the source's data, the replicas resume
+	// from the primary with partial resyncs (no full copy), and the AOF then turned on (the
+	// operator's member pass) is written and loaded again at a restart.
+	var dirs []string
+	for i := 0; i < 3; i++ {
+		dir := t.TempDir()
+		res, err := snapshot.Restore(ctx, snapshot.RestoreOptions{Store: store, Key: key, DataDir: dir, SHA256: m.SHA256, Bytes: m.Bytes})
+		if err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+		if res.Keys != want.Keys || res.SHA256 != m.SHA256 {
+			t.Errorf("restored %+v; want %d keys, sha256 %s", res, want.Keys, m.SHA256)
+		}
+		if _, err := os.Stat(filepath.Join(dir, snapshot.Snapshot)); err != nil {
+			t.Fatalf("no snapshot in the restored directory: %v", err)
+		}
+		dirs = append(dirs, dir)
 	}
-	if res.Keys != want.Keys || res.SHA256 != m.SHA256 {
-		t.Errorf("restored %+v; want %d keys, sha256 %s", res, want.Keys, m.SHA256)
-	}
-	_, restored := startServer(t, dir, 0)
+	rpAddr, restored := startServer(t, dirs[0], 0, "appendonly no")
+	rpPort, _ := strconv.Atoi(strings.TrimPrefix(rpAddr, "127.0.0.1:"))
 	waitLoaded(t, restored)
-	got, err := dataset.Of(ctx, restored)
+	var replicas []*redis.Client
+	for _, dir := range dirs[1:] {
+		_, r := startServer(t, dir, rpPort, "appendonly no")
+		replicas = append(replicas, r)
+	}
+	for _, r := range replicas {
+		waitInSync(t, restored, r)
+	}
+	stats := restored.Info(ctx, "stats").Val()
+	if full, partial := infoField(stats, "sync_full"), infoField(stats, "sync_partial_ok"); full != "0" || partial != "2" {
+		t.Errorf("the restored primary served %s full syncs and %s partial ones; want 0 and 2 (its replicas restored the same snapshot)", full, partial)
+	}
+	for i, c := range append([]*redis.Client{restored}, replicas...) {
+		got, err := dataset.Of(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("restored member %d holds %v; the source held %v", i, got, want)
+		}
+		if err := member.EnableAOF(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := restored.Set(ctx, "after-restore", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, "the restored primary's AOF written", func() (bool, string, error) {
+		r, err := member.ObserveWith(ctx, restored)
+		return err == nil && !r.AOFOff && !r.AOFRewriting, fmt.Sprintf("%+v", r), err
+	})
+	if _, err := os.Stat(filepath.Join(dirs[0], snapshot.AOFDir, snapshot.AOFManifest)); err != nil {
+		t.Errorf("no AOF manifest once the AOF is on: %v", err)
+	}
+	// A restart with the AOF on (the member's next start: a manifest, appendonly yes) loads the
+	// restored data and the write taken after the restore.
+	want1, err := dataset.Of(ctx, restored)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != want {
-		t.Errorf("restored server holds %v; the source held %v", got, want)
+	if err := restored.Do(ctx, "SHUTDOWN", "NOSAVE").Err(); err == nil {
+		t.Fatal("SHUTDOWN answered; want the connection closed")
 	}
-	t.Logf("source %v; restored %v", want, got)
+	if err := os.Remove(filepath.Join(dirs[0], snapshot.Snapshot)); err != nil {
+		t.Fatal(err) // as the start script does once the AOF holds the data
+	}
+	_, again := startServer(t, dirs[0], 0)
+	waitLoaded(t, again)
+	if got, err := dataset.Of(ctx, again); err != nil || got != want1 || got.Keys != want.Keys+1 {
+		t.Errorf("after a restart from the AOF: %v (%v); want %v, the restored keys and one more", got, err, want1)
+	}
+	t.Logf("source %v; restored into three members, two partial resyncs; %v after a restart from the AOF", want, want1)
 	// Again: the marker says it is done, and nothing is touched.
-	if res, err := snapshot.Restore(ctx, snapshot.RestoreOptions{Store: store, Key: key, DataDir: dir, SHA256: m.SHA256}); err != nil || !res.Skipped {
+	if res, err := snapshot.Restore(ctx, snapshot.RestoreOptions{Store: store, Key: key, DataDir: dirs[0], SHA256: m.SHA256}); err != nil || !res.Skipped {
 		t.Errorf("a second restore: %+v, %v; want it skipped", res, err)
 	}
 }

@@ -76,6 +76,7 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		cred = withTLS(cred, tlsMaterial)
 	}
 	c.observe(ctx, members, cred)
+	c.enableAOF(ctx, members, cred)
 
 	live, liveOK := c.liveSettingsOf(ns, name, mem)
 	var rules credentials.Rules

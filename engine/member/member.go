@@ -68,6 +68,10 @@ type Replication struct {
 	Replicas int
 	// Keys is the number of keys in all databases (INFO keyspace).
 	Keys int64
+	// From INFO persistence: Loading, the server is loading its data; AOFOff, its AOF is off (a
+	// restored snapshot it loaded and does not persist yet); AOFRewriting, an AOF rewrite runs or
+	// waits to (a member whose AOF was just turned on has no AOF to restart from until it ends).
+	Loading, AOFOff, AOFRewriting bool
 }
 
 // Pool keeps one connection per member address, so that polling does not dial every time. A
@@ -166,13 +170,13 @@ func Observe(ctx context.Context, addr, password string) (Replication, error) {
 	return ObserveWith(ctx, p.Client(addr, password))
 }
 
-// ObserveWith reads the replication state and key count of the member c talks to.
+// ObserveWith reads the replication state, key count and persistence of the member c talks to.
 func ObserveWith(ctx context.Context, c *redis.Client) (Replication, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	// One command for both sections (INFO with several sections: Redis 7.0, Valkey): one round
-	// trip on the member's one connection.
-	info, err := c.Info(ctx, "replication", "keyspace").Result()
+	// One command for the three sections (INFO with several sections: Redis 7.0, Valkey): one
+	// round trip on the member's one connection.
+	info, err := c.Info(ctx, "replication", "keyspace", "persistence").Result()
 	if err != nil {
 		return Replication{}, fmt.Errorf("member %s: INFO: %w", c.Options().Addr, err)
 	}
@@ -182,6 +186,17 @@ func ObserveWith(ctx context.Context, c *redis.Client) (Replication, error) {
 	}
 	r.Keys = ParseKeys(info)
 	return r, nil
+}
+
+// EnableAOF turns the member's AOF on (CONFIG SET appendonly yes): the server writes its dataset
+// as the AOF's base in the background (a fork) and appends every write from then on.
+func EnableAOF(ctx context.Context, c *redis.Client) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	if err := c.ConfigSet(ctx, "appendonly", "yes").Err(); err != nil {
+		return fmt.Errorf("member %s: CONFIG SET appendonly yes: %w", c.Options().Addr, err)
+	}
+	return nil
 }
 
 // Promote makes the member a primary (REPLICAOF NO ONE). Its dataset and offset are kept.
@@ -311,10 +326,13 @@ func ParseSettings(text string) (map[string]string, []string, error) {
 	return settings, names, nil
 }
 
-// ParseReplication reads the text of INFO replication.
+// ParseReplication reads the text of INFO replication (and persistence, when there).
 func ParseReplication(info string) (Replication, error) {
 	fields := infoFields(info)
 	var r Replication
+	r.Loading = fields["loading"] == "1"
+	r.AOFOff = fields["aof_enabled"] == "0"
+	r.AOFRewriting = fields["aof_rewrite_in_progress"] == "1" || fields["aof_rewrite_scheduled"] == "1"
 	r.ReplID, r.ReplID2 = fields["master_replid"], fields["master_replid2"]
 	r.SecondOffset, _ = strconv.ParseInt(fields["second_repl_offset"], 10, 64)
 	switch Role(fields["role"]) {

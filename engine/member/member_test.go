@@ -72,6 +72,18 @@ func TestParseReplication(t *testing.T) {
 	if err != nil || r.Role != Replica || r.LinkUp || r.Offset != 42 || r.PrimaryHost != "c-0.c.ns.svc.cluster.local" {
 		t.Errorf("%+v %v", r, err)
 	}
+	if r.AOFOff || r.AOFRewriting || r.Loading {
+		t.Errorf("no persistence section, yet %+v", r)
+	}
+	// A restored member: loaded, its AOF off; then turned on and rewriting.
+	r, _ = ParseReplication("role:master\r\n# Persistence\r\nloading:0\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\n")
+	if !r.AOFOff || r.AOFRewriting || r.Loading {
+		t.Errorf("AOF off: %+v", r)
+	}
+	r, _ = ParseReplication("role:master\r\nloading:0\r\naof_enabled:1\r\naof_rewrite_in_progress:1\r\naof_rewrite_scheduled:0\r\n")
+	if r.AOFOff || !r.AOFRewriting {
+		t.Errorf("AOF rewriting: %+v", r)
+	}
 	if _, err := ParseReplication("role:sentinel\r\n"); err == nil {
 		t.Error("an unknown role parsed")
 	}
@@ -264,5 +276,35 @@ func TestSettingsOnARealServer(t *testing.T) {
 		if _, _, err := ParseSettings(bad); err == nil {
 			t.Errorf("ParseSettings(%q): no error", bad)
 		}
+	}
+}
+
+// A server started with its AOF off (a restored snapshot) reports it, and EnableAOF turns it on:
+// the rewrite that writes the AOF's base runs, then ends.
+func TestEnableAOFOnRealServer(t *testing.T) {
+	ctx := context.Background()
+	const pw = "test-password-2024"
+	addr := server(t, pw, "")
+	r, err := Observe(ctx, addr, pw)
+	if err != nil || !r.AOFOff || r.Loading {
+		t.Fatalf("%+v %v; want the AOF off and nothing loading", r, err)
+	}
+	p := NewPool()
+	defer p.Close()
+	if err := EnableAOF(ctx, p.Client(addr, pw)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if r, err = Observe(ctx, addr, pw); err != nil {
+			t.Fatal(err)
+		}
+		if (!r.AOFOff && !r.AOFRewriting) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling the rewrite, with a deadline
+	}
+	if r.AOFOff || r.AOFRewriting {
+		t.Errorf("after EnableAOF and 20 s: %+v; want the AOF on and written", r)
 	}
 }

@@ -33,7 +33,7 @@ func storeEnv() []StoreEnvVar {
 // as status.restore resolved it when the cache was created (so the pod template never changes
 // afterwards), or why the operator refused it.
 type RestoreValues struct {
-	// Member is the pod that restores (the others start empty and sync from it).
+	// Member is the pod elected first, whose restore must succeed (every member restores).
 	Member string
 	// StoreSecret, Path, Checksum and Bytes: the object and what it must be.
 	StoreSecret, Path, Checksum, Bytes string
@@ -42,6 +42,8 @@ type RestoreValues struct {
 	// State is the restore's phase as the ConfigMap's key StateKey publishes it (api.RestoreDone once
 	// completed: the container then does nothing, whatever the volume holds).
 	State, StateKey string
+	// Done is the value of StateKey once the restore completed (api.RestoreDone).
+	Done string
 }
 
 // restoreValues is the restore of a cache with spec.restore whose status resolved it; nil
@@ -52,7 +54,7 @@ func restoreValues(mc *unstructured.Unstructured, spec api.Spec) *RestoreValues 
 		return nil
 	}
 	r := &RestoreValues{Member: api.RestoreMember(mc.GetName()), StoreSecret: rs.StoreSecret, Path: rs.Path,
-		Checksum: rs.Checksum, Refused: rs.Refused, State: "pending", StateKey: api.RestoreStateKey}
+		Checksum: rs.Checksum, Refused: rs.Refused, State: "pending", StateKey: api.RestoreStateKey, Done: api.RestoreDone}
 	if rs.Phase == api.RestoreCompleted {
 		r.State = api.RestoreDone
 	}

@@ -86,7 +86,8 @@ type View struct {
 	History string
 	// RestoreFrom is the member a new cache's restore fills (spec.restore, until it completed):
 	// the first primary is that member and no other, whichever answers first, so that a member
-	// that started empty never becomes the primary the restored one then syncs from.
+	// that started empty never becomes the primary the restored one then syncs from; and only
+	// once it loaded the backup and wrote it into its AOF.
 	RestoreFrom string
 }
 
@@ -216,6 +217,14 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 			if !ok || !m.Observed || m.Deleting {
 				act.WaitUntil = v.Now.Add(v.Delay)
 				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("no primary yet; waiting for %s, which restores the backup", v.RestoreFrom)
+				act.Labels = map[string]string{}
+				return act
+			}
+			if m.Repl.Loading || m.Repl.AOFOff || m.Repl.AOFRewriting {
+				// It serves from a snapshot its AOF does not hold yet (the member pass turns the
+				// AOF on once it is loaded): a restart now would lose every write it took.
+				act.WaitUntil = v.Now.Add(time.Second)
+				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("no primary yet; waiting for %s to load the backup and write it into its AOF", m.Name)
 				act.Labels = map[string]string{}
 				return act
 			}

@@ -33,7 +33,7 @@ const (
 	EnvObjectKey        = "OBJECT_KEY"
 	EnvRateLimit        = "RATE_LIMIT_MIB" // the most MiB/s to read from the member (unset: no cap)
 	EnvPodName          = "POD_NAME"       // the restore: the pod it runs in
-	EnvRestoreMember    = "RESTORE_MEMBER" // the pod that restores; others start empty
+	EnvRestoreMember    = "RESTORE_MEMBER" // the pod elected first, whose restore must succeed
 	EnvDataDir          = "DATA_DIR"
 	EnvExpectedSHA256   = "EXPECTED_SHA256"
 	EnvExpectedBytes    = "EXPECTED_BYTES"
@@ -116,22 +116,26 @@ func tlsConfig(caFile, addr string) (*tls.Config, error) {
 	return &tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12}, nil
 }
 
-// RestoreCommand is "cache-operator restore", the first member's init container: it fills the
-// empty data directory from OBJECT_KEY, verified, and does nothing in any other member, or in
-// one already restored. Exit status 1 with the reason on stderr (the container's termination
+// RestoreCommand is "cache-operator restore", every member's init container while the cache's
+// restore has not completed: it fills the empty data directory from OBJECT_KEY, verified, and
+// does nothing in a member already restored, or once the restore completed. On RESTORE_MEMBER,
+// the member elected first, exit status 1 with the reason on stderr (the container's termination
 // message) when the operator refused the restore or the object is missing, corrupt or truncated:
-// the server then never starts, so the cache never comes up empty as if restored.
+// the server then never starts, so the cache never comes up empty as if restored. On any other
+// member a restore that fails leaves the directory empty and exits 0: that member syncs from the
+// primary instead (each member's own restore only spares the primary a full sync).
 func RestoreCommand(stdout, stderr io.Writer) int {
 	pod, member := os.Getenv(EnvPodName), os.Getenv(EnvRestoreMember)
-	if pod != member {
-		fmt.Fprintf(stdout, "restore: %s starts empty and syncs from %s\n", pod, member)
-		return 0
-	}
 	if os.Getenv(EnvRestoreState) == api.RestoreDone {
 		fmt.Fprintf(stdout, "restore: the cache's restore completed before; %s starts from its volume, or syncs\n", pod)
 		return 0
 	}
+	first := pod == member
 	fail := func(err error) int {
+		if !first {
+			fmt.Fprintf(stdout, "restore: not restored here (%v); %s syncs from the primary\n", err, pod)
+			return 0
+		}
 		fmt.Fprintf(stderr, "restore failed: %v\n", err)
 		return 1
 	}

@@ -14,12 +14,18 @@ import (
 	"example.com/cache-operator/engine/objectstore"
 )
 
-// The data directory's layout the server loads at start (appendonly yes, Redis 7's multi-part
-// AOF): a manifest naming a base file, which may be a snapshot (RDB).
+// The data directory's layout. A member persists through its AOF (appendonly yes, Redis 7's
+// multi-part AOF: a manifest naming a base file and increments). A restore leaves the snapshot as
+// Snapshot (dump.rdb) beside no AOF: the member's start script then starts the server with
+// appendonly off, which loads the snapshot together with the replication ID and offset recorded
+// in it (an AOF's base would load the data without them), and the operator turns the AOF on once
+// it is loaded (templates/statefulset.yaml). Members restored from the same snapshot share that
+// history, so that each replica resumes from the restored primary with a partial resync instead
+// of a full copy of the dataset.
 const (
 	AOFDir      = "appendonlydir"
 	AOFManifest = "appendonly.aof.manifest"
-	AOFBase     = "appendonly.aof.1.base.rdb"
+	Snapshot    = "dump.rdb"
 	// RestoredMarker, in the data directory, records the restore that filled it (JSON), so that
 	// a restarted member does not restore again.
 	RestoredMarker = "restored-from.json"
@@ -50,7 +56,7 @@ type Restored struct {
 	Skipped bool `json:"-"`
 }
 
-// Restore fills an empty data directory with the object, as the base of the server's AOF. The
+// Restore fills an empty data directory with the object, as the snapshot the server loads. The
 // object is streamed to a temporary folder while its SHA-256 is computed and its snapshot read
 // to the end; only an object whose checksum and size match what the backup recorded, and whose
 // snapshot is whole, is moved into place. A directory that already holds data is never touched.
@@ -64,7 +70,7 @@ func Restore(ctx context.Context, o RestoreOptions) (Restored, error) {
 		}
 		return done, fmt.Errorf("the data directory was restored from another backup (%s); not restoring %s over it", done.Location, loc)
 	}
-	for _, existing := range []string{AOFDir, "dump.rdb"} {
+	for _, existing := range []string{AOFDir, Snapshot} {
 		if _, err := os.Stat(filepath.Join(o.DataDir, existing)); err == nil {
 			return done, fmt.Errorf("the data directory already holds data (%s); not restoring over it", existing)
 		}
@@ -100,7 +106,7 @@ func Restore(ctx context.Context, o RestoreOptions) (Restored, error) {
 	if err := os.MkdirAll(tmp, 0o750); err != nil {
 		return done, err
 	}
-	f, err := os.OpenFile(filepath.Join(tmp, AOFBase), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+	f, err := os.OpenFile(filepath.Join(tmp, Snapshot), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
 	if err != nil {
 		return done, err
 	}
@@ -132,10 +138,10 @@ func Restore(ctx context.Context, o RestoreOptions) (Restored, error) {
 		_ = os.RemoveAll(tmp)
 		return done, err
 	}
-	if err := os.WriteFile(filepath.Join(tmp, AOFManifest), []byte("file "+AOFBase+" seq 1 type b\n"), 0o640); err != nil {
+	if err := os.Rename(filepath.Join(tmp, Snapshot), filepath.Join(o.DataDir, Snapshot)); err != nil {
 		return done, err
 	}
-	if err := os.Rename(tmp, filepath.Join(o.DataDir, AOFDir)); err != nil {
+	if err := os.Remove(tmp); err != nil {
 		return done, err
 	}
 	done = Restored{Location: loc, SHA256: got, Bytes: count.n, Keys: scan.info.Keys}

@@ -1,0 +1,33 @@
+package dataplane
+
+import (
+	"context"
+
+	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/engine/credentials"
+	"example.com/cache-operator/engine/member"
+	"example.com/cache-operator/engine/roles"
+)
+
+// enableAOF turns the AOF on in every member that answered with it off and its data loaded: a
+// member that started from a restored snapshot (templates/statefulset.yaml), which it loads with
+// the AOF off so as to keep the snapshot's replication history. Every member's configuration says
+// appendonly yes, so no other member is ever found so. The server writes the AOF's base in the
+// background; the member is marked rewriting, which holds its election as a restored cache's first
+// primary (roles.Decide) until that base is written.
+func (c *Controller) enableAOF(ctx context.Context, members []roles.Member, cred credentials.Credentials) {
+	logger := klog.FromContext(ctx)
+	for i := range members {
+		m := &members[i]
+		if !m.Observed || !m.Repl.AOFOff || m.Repl.Loading || m.Deleting {
+			continue
+		}
+		if err := member.EnableAOF(ctx, c.memberClient(*m, cred)); err != nil {
+			logger.Info("Could not turn a member's AOF on; retrying at the next pass", "member", m.Name, "err", err)
+			continue
+		}
+		logger.Info("Turned a member's AOF on: it loaded a restored snapshot, and now writes it into its AOF", "member", m.Name)
+		m.Repl.AOFOff, m.Repl.AOFRewriting = false, true
+	}
+}
