@@ -253,9 +253,25 @@ func TestBackupOneGiB(t *testing.T) {
 	rtl.Mark("cache whole")
 	rtl.Log(t, "the restored cache's members")
 	got := fingerprint(t, memberClient(t, c, ns, "copy", cp.Name))
-	t.Logf("restore of 1 GiB into a new size-3 cache: the restored member primary after %s, the cache Ready (both replicas synced) after %s; %s (source %s)",
-		serving.Round(100*time.Millisecond), ready.Round(100*time.Millisecond), got, want)
+	full := infoStat(t, c, ns, "copy", cp.Status.PodIP, "stats", "sync_full")
+	partial := infoStat(t, c, ns, "copy", cp.Status.PodIP, "stats", "sync_partial_ok")
+	t.Logf("restore of 1 GiB into a new size-3 cache: the restored member primary after %s, the cache Ready (both replicas synced) after %s; %s (source %s); the primary served %s full syncs, %s partial ones",
+		serving.Round(100*time.Millisecond), ready.Round(100*time.Millisecond), got, want, full, partial)
 	if got != want || cp.Name != "copy-0" {
 		t.Errorf("restored %s on %s; want %s on copy-0", got, cp.Name, want)
+	}
+	// Every member restored the snapshot with its replication history: the replicas resumed from
+	// the restored primary without a full copy.
+	if full != "0" || partial != "2" {
+		t.Errorf("the restored primary served %s full syncs and %s partial ones; want 0 and 2", full, partial)
+	}
+	for i := 1; i < 3; i++ {
+		r, err := c.Kube.CoreV1().Pods(ns).Get(ctx, fmt.Sprintf("copy-%d", i), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fingerprint(t, memberClient(t, c, ns, "copy", r.Name)); got != want {
+			t.Errorf("replica %s holds %s; want %s", r.Name, got, want)
+		}
 	}
 }

@@ -14,8 +14,8 @@ import (
 // member that started from a restored snapshot (templates/statefulset.yaml), which it loads with
 // the AOF off so as to keep the snapshot's replication history. Every member's configuration says
 // appendonly yes, so no other member is ever found so. The server writes the AOF's base in the
-// background; the member is marked rewriting, which holds its election as a restored cache's first
-// primary (roles.Decide) until that base is written.
+// background (a fork) and appends every write after it; a restored cache's first primary is
+// elected once its AOF is on (roles.Decide).
 func (c *Controller) enableAOF(ctx context.Context, members []roles.Member, cred credentials.Credentials) {
 	logger := klog.FromContext(ctx)
 	for i := range members {

@@ -87,7 +87,7 @@ type View struct {
 	// RestoreFrom is the member a new cache's restore fills (spec.restore, until it completed):
 	// the first primary is that member and no other, whichever answers first, so that a member
 	// that started empty never becomes the primary the restored one then syncs from; and only
-	// once it loaded the backup and wrote it into its AOF.
+	// once it loaded the backup and its AOF is on.
 	RestoreFrom string
 }
 
@@ -220,11 +220,15 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 				act.Labels = map[string]string{}
 				return act
 			}
-			if m.Repl.Loading || m.Repl.AOFOff || m.Repl.AOFRewriting {
-				// It serves from a snapshot its AOF does not hold yet (the member pass turns the
-				// AOF on once it is loaded): a restart now would lose every write it took.
+			if m.Repl.Loading || m.Repl.AOFOff {
+				// It loads the backup, or loaded it and has no AOF yet (the member pass turns it
+				// on): every write it took would be in no file. Once on, the AOF's base is
+				// written in the background, and each write is appended after it; a restart
+				// before the base is whole starts the member as a replica (the start script: a
+				// snapshot without an AOF may be older than what it served), and its replicas,
+				// which resynced at once, take over as after any loss of a primary.
 				act.WaitUntil = v.Now.Add(time.Second)
-				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("no primary yet; waiting for %s to load the backup and write it into its AOF", m.Name)
+				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("no primary yet; waiting for %s to load the backup and turn its AOF on", m.Name)
 				act.Labels = map[string]string{}
 				return act
 			}
