@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -261,9 +262,10 @@ func TestBackupOneGiB(t *testing.T) {
 		t.Errorf("restored %s on %s; want %s on copy-0", got, cp.Name, want)
 	}
 	// Every member restored the snapshot with its replication history: the replicas resumed from
-	// the restored primary without a full copy.
-	if full != "0" || partial != "2" {
-		t.Errorf("the restored primary served %s full syncs and %s partial ones; want 0 and 2", full, partial)
+	// the restored primary without a full copy (each at least once: first through the read-write
+	// Service, then again when the operator points it at the primary's address).
+	if n, _ := strconv.Atoi(partial); full != "0" || n < 2 {
+		t.Errorf("the restored primary served %s full syncs and %s partial ones; want none and at least 2", full, partial)
 	}
 	for i := 1; i < 3; i++ {
 		r, err := c.Kube.CoreV1().Pods(ns).Get(ctx, fmt.Sprintf("copy-%d", i), metav1.GetOptions{})
