@@ -16,11 +16,19 @@ import (
 // appendonly yes, so no other member is ever found so. The server writes the AOF's base in the
 // background (a fork) and appends every write after it; a restored cache's first primary is
 // elected once its AOF is on (roles.Decide).
+//
+// A primary's AOF is turned on at once: the writes it takes must be in a file. A replica's waits
+// until no member is loading: the fork that writes its base would slow the others' loads (the
+// primary's among them), and a replica that restarts without its AOF loses nothing (it resyncs).
 func (c *Controller) enableAOF(ctx context.Context, members []roles.Member, cred credentials.Credentials) {
 	logger := klog.FromContext(ctx)
+	loading := false
+	for _, m := range members {
+		loading = loading || (m.Observed && m.Repl.Loading)
+	}
 	for i := range members {
 		m := &members[i]
-		if !m.Observed || !m.Repl.AOFOff || m.Repl.Loading || m.Deleting {
+		if !m.Observed || !m.Repl.AOFOff || m.Repl.Loading || m.Deleting || (m.Repl.Role != member.Primary && loading) {
 			continue
 		}
 		if err := member.EnableAOF(ctx, c.memberClient(*m, cred)); err != nil {
