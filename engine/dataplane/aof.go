@@ -22,15 +22,8 @@ import (
 // primary's among them), and a replica that restarts without its AOF loses nothing (it resyncs).
 func (c *Controller) enableAOF(ctx context.Context, members []roles.Member, cred credentials.Credentials) {
 	logger := klog.FromContext(ctx)
-	loading := false
-	for _, m := range members {
-		loading = loading || (m.Observed && m.Repl.Loading)
-	}
-	for i := range members {
+	for _, i := range aofToEnable(members) {
 		m := &members[i]
-		if !m.Observed || !m.Repl.AOFOff || m.Repl.Loading || m.Deleting || (m.Repl.Role != member.Primary && loading) {
-			continue
-		}
 		if err := member.EnableAOF(ctx, c.memberClient(*m, cred)); err != nil {
 			logger.Info("Could not turn a member's AOF on; retrying at the next pass", "member", m.Name, "err", err)
 			continue
@@ -38,4 +31,19 @@ func (c *Controller) enableAOF(ctx context.Context, members []roles.Member, cred
 		logger.Info("Turned a member's AOF on: it loaded a restored snapshot, and now writes it into its AOF", "member", m.Name)
 		m.Repl.AOFOff, m.Repl.AOFRewriting = false, true
 	}
+}
+
+// aofToEnable returns the indexes of the members whose AOF enableAOF turns on now.
+func aofToEnable(members []roles.Member) []int {
+	loading := false
+	for _, m := range members {
+		loading = loading || (m.Observed && m.Repl.Loading)
+	}
+	var out []int
+	for i, m := range members {
+		if m.Observed && m.Repl.AOFOff && !m.Repl.Loading && !m.Deleting && (m.Repl.Role == member.Primary || !loading) {
+			out = append(out, i)
+		}
+	}
+	return out
 }
