@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -229,6 +230,24 @@ func restoreInto(t *testing.T, c *framework.Cluster, ns, name string, source map
 			return got == want, got.String(), nil
 		})
 		t.Logf("%s: %s (source %s)", pod, got, want)
+	}
+	// Every member restored the snapshot with its replication history: the replicas resumed from
+	// the restored primary with partial resyncs, and every member's AOF was turned on and written.
+	full := infoStat(t, c, ns, name, primary.Status.PodIP, "stats", "sync_full")
+	partial, _ := strconv.Atoi(infoStat(t, c, ns, name, primary.Status.PodIP, "stats", "sync_partial_ok"))
+	if full != "0" || partial < 2 {
+		t.Errorf("the restored primary served %s full syncs and %d partial ones; want none and at least 2", full, partial)
+	}
+	for i := 0; i < 3; i++ {
+		p, err := c.Kube.CoreV1().Pods(ns).Get(context.Background(), fmt.Sprintf("%s-%d", name, i), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, time.Minute, p.Name+"'s AOF on and written", func() (bool, string, error) {
+			on := infoStat(t, c, ns, name, p.Status.PodIP, "persistence", "aof_enabled")
+			rw := infoStat(t, c, ns, name, p.Status.PodIP, "persistence", "aof_rewrite_in_progress")
+			return on == "1" && rw == "0", "aof_enabled " + on + ", aof_rewrite_in_progress " + rw, nil
+		})
 	}
 	waitEvent(t, c, ns, name, "Normal", "Restored", 30*time.Second)
 	// Once completed, the ConfigMap says so: a first member that starts again later, even on a new
