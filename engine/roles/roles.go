@@ -232,6 +232,16 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 				act.Labels = map[string]string{}
 				return act
 			}
+			if !allAnswer && !waited {
+				// Every member restores the backup in its init container while the restore has
+				// not completed; the election completes it. A member whose server does not
+				// answer yet may not have started that container: it would then start empty and
+				// copy the dataset in full. Wait for every member, or the delay.
+				act.WaitUntil = v.UnhealthySince.Add(v.Delay)
+				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("no primary yet; %s restored the backup, waiting for every member to restore it too", m.Name)
+				act.Labels = map[string]string{}
+				return act
+			}
 			act.Primary, act.Promote = m.Name, !m.IsPrimary()
 			act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("electing %s, which restored the backup", m.Name)
 			return finishLabels(v, act, byName)

@@ -298,7 +298,20 @@ func TestRestoredMemberIsTheFirstPrimary(t *testing.T) {
 			t.Errorf("c-0 %s: primary %q promote %v labels %v degraded %q wait %v; want no primary yet, a wait", tc.name, got.Primary, got.Promote, got.Labels, got.Degraded, got.WaitUntil)
 		}
 	}
+	// Loaded with its AOF on, but a member does not answer yet (its restore may not have begun):
+	// wait for it until the delay has passed since the cache was first seen without a primary.
 	v.Members[0] = m(0, "replica", restored(false, false, true))
+	silent := v.Members[2]
+	v.Members[2] = m(2, "replica", nil)
+	v.UnhealthySince = now.Add(-time.Second)
+	if got := Decide(v, 0); got.Primary != "" || len(got.Labels) != 0 || !got.WaitUntil.Equal(now.Add(2*time.Second)) {
+		t.Errorf("c-2 silent within the delay: primary %q labels %v wait %v; want no primary until %v", got.Primary, got.Labels, got.WaitUntil, now.Add(2*time.Second))
+	}
+	v.UnhealthySince = now.Add(-time.Hour)
+	if got := Decide(v, 0); got.Primary != "c-0" {
+		t.Errorf("c-2 silent past the delay: primary %q; want c-0 elected", got.Primary)
+	}
+	v.Members[2] = silent
 	got = Decide(v, 0)
 	if got.Primary != "c-0" || got.Promote || got.Labels["c-0"] != "primary" || !reflect.DeepEqual(got.Follow, []string{"c-1", "c-2"}) {
 		t.Errorf("c-0 with its AOF on: primary %q promote %v labels %v follow %v; want c-0 labelled, not promoted, the others following", got.Primary, got.Promote, got.Labels, got.Follow)
