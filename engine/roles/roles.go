@@ -91,6 +91,11 @@ type View struct {
 	RestoreFrom string
 }
 
+// RestoreWait is how long a restored cache's first primary waits, at most, for every member to
+// answer (each then ran its own restore) before it is elected: pods made late (a volume bound
+// late, a slow node) still restore instead of copying the dataset in full.
+const RestoreWait = 30 * time.Second
+
 // Action is what a member pass does next. At most one of Promote (a failover or a first
 // primary), SwitchTo (a handover from a live primary) and Delete (a rolling restart) is set.
 type Action struct {
@@ -232,12 +237,13 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 				act.Labels = map[string]string{}
 				return act
 			}
-			if !allAnswer && !waited {
+			if until := v.UnhealthySince.Add(max(v.Delay, RestoreWait)); !allAnswer && v.Now.Before(until) {
 				// Every member restores the backup in its init container while the restore has
 				// not completed; the election completes it. A member whose server does not
-				// answer yet may not have started that container: it would then start empty and
-				// copy the dataset in full. Wait for every member, or the delay.
-				act.WaitUntil = v.UnhealthySince.Add(v.Delay)
+				// answer yet may not have started that container (its pod made late): it would
+				// then start empty and copy the dataset in full. Wait for every member, for a
+				// while.
+				act.WaitUntil = until
 				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("no primary yet; %s restored the backup, waiting for every member to restore it too", m.Name)
 				act.Labels = map[string]string{}
 				return act

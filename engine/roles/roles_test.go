@@ -299,13 +299,14 @@ func TestRestoredMemberIsTheFirstPrimary(t *testing.T) {
 		}
 	}
 	// Loaded with its AOF on, but a member does not answer yet (its restore may not have begun):
-	// wait for it until the delay has passed since the cache was first seen without a primary.
+	// wait for it until RestoreWait (longer than the delay) has passed since the cache was first
+	// seen without a primary.
 	v.Members[0] = m(0, "replica", restored(false, false, true))
 	silent := v.Members[2]
 	v.Members[2] = m(2, "replica", nil)
-	v.UnhealthySince = now.Add(-time.Second)
-	if got := Decide(v, 0); got.Primary != "" || len(got.Labels) != 0 || !got.WaitUntil.Equal(now.Add(2*time.Second)) {
-		t.Errorf("c-2 silent within the delay: primary %q labels %v wait %v; want no primary until %v", got.Primary, got.Labels, got.WaitUntil, now.Add(2*time.Second))
+	v.UnhealthySince = now.Add(-10 * time.Second)
+	if got := Decide(v, 0); got.Primary != "" || len(got.Labels) != 0 || !got.WaitUntil.Equal(now.Add(RestoreWait-10*time.Second)) {
+		t.Errorf("c-2 silent for 10 s: primary %q labels %v wait %v; want no primary until %v", got.Primary, got.Labels, got.WaitUntil, now.Add(RestoreWait-10*time.Second))
 	}
 	v.UnhealthySince = now.Add(-time.Hour)
 	if got := Decide(v, 0); got.Primary != "c-0" {
