@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -408,4 +409,97 @@ func TestRestoreRefusesCorruptAndTruncatedObjects(t *testing.T) {
 	if _, err := snapshot.Restore(ctx, snapshot.RestoreOptions{Store: store, Key: "nope.rdb", DataDir: t.TempDir(), SHA256: m.SHA256}); err == nil {
 		t.Error("a restore of a missing object succeeded")
 	}
+}
+
+// A restored primary lost before its AOF's base is written: the failure the member's start script
+// guards against (templates/statefulset.yaml: a member holding a bare snapshot starts as the
+// primary only before it was elected). Two members restored from one backup, the first serving as
+// the primary with its AOF turned on and its rewrite slowed (rdb-key-save-delay) so that the
+// window stays open; writes acknowledged by it and by its replica (WAIT) are recorded; it is
+// killed inside the window. Its volume then holds the bare snapshot alone, without those writes:
+// started as the primary from it, it would have lost every one. The replica is promoted (the
+// operator's failover), the lost member starts as a replica as its start script says, and every
+// acknowledged write is counted on both.
+func TestRestoredPrimaryLostBeforeItsAOF(t *testing.T) {
+	requireE2E(t)
+	store := startStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, source := startServer(t, t.TempDir(), 0)
+	fill(t, source, 3000)
+	key := store.ObjectKey("shop", "sessions", "window")
+	m, err := snapshot.Backup(ctx, snapshot.BackupOptions{Source: snapshot.Source{Addr: source.Options().Addr, User: "internal", Password: internalPassword},
+		Store: store, Key: key, Manifest: objectstore.Manifest{Namespace: "shop", Cache: "sessions", Backup: "window", Member: "sessions-0"}})
+	if err != nil {
+		t.Fatalf("backup: %v", err)
+	}
+	var dirs []string
+	for i := 0; i < 2; i++ {
+		dir := t.TempDir()
+		if _, err := snapshot.Restore(ctx, snapshot.RestoreOptions{Store: store, Key: key, DataDir: dir, SHA256: m.SHA256, Bytes: m.Bytes}); err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+		dirs = append(dirs, dir)
+	}
+	// 3,000 keys at 3 ms each: the AOF's base takes about 9 s to write.
+	pAddr, primary := startServer(t, dirs[0], 0, "appendonly no", "rdb-key-save-delay 3000")
+	pPort, _ := strconv.Atoi(strings.TrimPrefix(pAddr, "127.0.0.1:"))
+	waitLoaded(t, primary)
+	_, replica := startServer(t, dirs[1], pPort, "appendonly no")
+	waitInSync(t, primary, replica)
+	if err := member.EnableAOF(ctx, primary); err != nil {
+		t.Fatal(err)
+	}
+	var acked []string
+	for i := 0; i < 200; i++ {
+		k := fmt.Sprintf("after:%03d", i)
+		if err := primary.Set(ctx, k, i, 0).Err(); err == nil {
+			acked = append(acked, k)
+		}
+	}
+	if n, err := primary.Wait(ctx, 1, 5000).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT: %d replicas acknowledged (%v); want 1", n, err)
+	}
+	r, err := member.ObserveWith(ctx, primary)
+	if err != nil || !r.AOFRewriting {
+		t.Fatalf("the AOF's base is no longer being written (%+v, %v): the window this test aims at closed before the kill", r, err)
+	}
+	pid, _ := strconv.Atoi(infoField(primary.Info(ctx, "server").Val(), "process_id"))
+	if pid <= 0 {
+		t.Fatal("no process_id in INFO server")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dirs[0], snapshot.AOFDir, snapshot.AOFManifest)); err == nil {
+		t.Fatal("the killed primary has an AOF manifest: the window closed before the kill")
+	}
+	// What the bare snapshot holds: the backup, none of the writes taken since.
+	snap, err := os.ReadFile(filepath.Join(dirs[0], snapshot.Snapshot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(copyDir, snapshot.Snapshot), snap, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, fromSnapshot := startServer(t, copyDir, 0, "appendonly no")
+	waitLoaded(t, fromSnapshot)
+	if n := fromSnapshot.Exists(ctx, acked...).Val(); n != 0 {
+		t.Errorf("the bare snapshot holds %d of the writes acknowledged after the restore; want none (it is the backup)", n)
+	}
+	// The failover, then the lost member back as a replica of the new primary.
+	if err := member.Promote(ctx, replica); err != nil {
+		t.Fatal(err)
+	}
+	rPort, _ := strconv.Atoi(strings.TrimPrefix(replica.Options().Addr, "127.0.0.1:"))
+	_, back := startServer(t, dirs[0], rPort, "appendonly no")
+	waitInSync(t, replica, back)
+	for name, c := range map[string]*redis.Client{"the promoted replica": replica, "the lost primary, back as a replica": back} {
+		if n := c.Exists(ctx, acked...).Val(); n != int64(len(acked)) {
+			t.Errorf("%s holds %d of %d acknowledged writes", name, n, len(acked))
+		}
+	}
+	t.Logf("killed inside the AOF's first rewrite: %d writes acknowledged, %d on the promoted replica, %d on the lost member back as a replica, 0 in its bare snapshot",
+		len(acked), replica.Exists(ctx, acked...).Val(), back.Exists(ctx, acked...).Val())
 }
