@@ -213,6 +213,43 @@ func infoField(info, name string) string {
 	return ""
 }
 
+// backupTo backs up the server at addr to the object name in store, as the backup Job does.
+func backupTo(ctx context.Context, t *testing.T, store objectstore.Store, addr, name, memberName string) (string, objectstore.Manifest) {
+	t.Helper()
+	key := store.ObjectKey("shop", "sessions", name)
+	m, err := snapshot.Backup(ctx, snapshot.BackupOptions{
+		Source: snapshot.Source{Addr: addr, User: "internal", Password: internalPassword},
+		Store:  store, Key: key,
+		Manifest: objectstore.Manifest{Namespace: "shop", Cache: "sessions", Backup: name, Member: memberName},
+	})
+	if err != nil {
+		t.Fatalf("backup: %v", err)
+	}
+	return key, m
+}
+
+// restoreDirs restores the backup m of key into n empty directories, as n members' restore
+// containers do, and checks each holds the snapshot with the backup's keys and checksum.
+func restoreDirs(ctx context.Context, t *testing.T, store objectstore.Store, key string, m objectstore.Manifest, n int) []string {
+	t.Helper()
+	var dirs []string
+	for i := 0; i < n; i++ {
+		dir := t.TempDir()
+		res, err := snapshot.Restore(ctx, snapshot.RestoreOptions{Store: store, Key: key, DataDir: dir, SHA256: m.SHA256, Bytes: m.Bytes})
+		if err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+		if res.Keys != m.Keys || res.SHA256 != m.SHA256 {
+			t.Errorf("restored %+v; want %d keys, sha256 %s", res, m.Keys, m.SHA256)
+		}
+		if _, err := os.Stat(filepath.Join(dir, snapshot.Snapshot)); err != nil {
+			t.Fatalf("no snapshot in the restored directory: %v", err)
+		}
+		dirs = append(dirs, dir)
+	}
+	return dirs
+}
+
 func TestBackupFromReplicaAndRestore(t *testing.T) {
 	requireE2E(t)
 	store := startStore(t)
@@ -229,15 +266,7 @@ func TestBackupFromReplicaAndRestore(t *testing.T) {
 	}
 	forksBefore := infoField(primary.Info(ctx, "stats").Val(), "total_forks")
 
-	key := store.ObjectKey("shop", "sessions", "b1")
-	m, err := snapshot.Backup(ctx, snapshot.BackupOptions{
-		Source: snapshot.Source{Addr: rAddr, User: "internal", Password: internalPassword},
-		Store:  store, Key: key,
-		Manifest: objectstore.Manifest{Namespace: "shop", Cache: "sessions", Backup: "b1", Member: "sessions-1"},
-	})
-	if err != nil {
-		t.Fatalf("backup: %v", err)
-	}
+	key, m := backupTo(ctx, t, store, rAddr, "b1", "sessions-1")
 	t.Logf("backup: %d bytes, %d keys, RDB v%d, %s %s, sha256 %s", m.Bytes, m.Keys, m.RDBVersion, m.Engine, m.Version, m.SHA256)
 	if m.Keys != want.Keys || m.Bytes == 0 || len(m.SHA256) != 64 || m.Engine != "redis" || m.Version == "" || m.RDBVersion < 9 {
 		t.Errorf("manifest %+v; want %d keys, bytes, a checksum, the engine and version", m, want.Keys)
@@ -257,21 +286,7 @@ func TestBackupFromReplicaAndRestore(t *testing.T) {
 	// primary, the others as its replicas. Each holds the source's data, the replicas resume
 	// from the primary with partial resyncs (no full copy), and the AOF then turned on (the
 	// operator's member pass) is written and loaded again at a restart.
-	var dirs []string
-	for i := 0; i < 3; i++ {
-		dir := t.TempDir()
-		res, err := snapshot.Restore(ctx, snapshot.RestoreOptions{Store: store, Key: key, DataDir: dir, SHA256: m.SHA256, Bytes: m.Bytes})
-		if err != nil {
-			t.Fatalf("restore: %v", err)
-		}
-		if res.Keys != want.Keys || res.SHA256 != m.SHA256 {
-			t.Errorf("restored %+v; want %d keys, sha256 %s", res, want.Keys, m.SHA256)
-		}
-		if _, err := os.Stat(filepath.Join(dir, snapshot.Snapshot)); err != nil {
-			t.Fatalf("no snapshot in the restored directory: %v", err)
-		}
-		dirs = append(dirs, dir)
-	}
+	dirs := restoreDirs(ctx, t, store, key, m, 3)
 	rpAddr, restored := startServer(t, dirs[0], 0, "appendonly no")
 	rpPort, _ := strconv.Atoi(strings.TrimPrefix(rpAddr, "127.0.0.1:"))
 	waitLoaded(t, restored)
@@ -427,20 +442,8 @@ func TestRestoredPrimaryLostBeforeItsAOF(t *testing.T) {
 	defer cancel()
 	_, source := startServer(t, t.TempDir(), 0)
 	fill(t, source, 3000)
-	key := store.ObjectKey("shop", "sessions", "window")
-	m, err := snapshot.Backup(ctx, snapshot.BackupOptions{Source: snapshot.Source{Addr: source.Options().Addr, User: "internal", Password: internalPassword},
-		Store: store, Key: key, Manifest: objectstore.Manifest{Namespace: "shop", Cache: "sessions", Backup: "window", Member: "sessions-0"}})
-	if err != nil {
-		t.Fatalf("backup: %v", err)
-	}
-	var dirs []string
-	for i := 0; i < 2; i++ {
-		dir := t.TempDir()
-		if _, err := snapshot.Restore(ctx, snapshot.RestoreOptions{Store: store, Key: key, DataDir: dir, SHA256: m.SHA256, Bytes: m.Bytes}); err != nil {
-			t.Fatalf("restore: %v", err)
-		}
-		dirs = append(dirs, dir)
-	}
+	key, m := backupTo(ctx, t, store, source.Options().Addr, "window", "sessions-0")
+	dirs := restoreDirs(ctx, t, store, key, m, 2)
 	// 3,000 keys at 3 ms each: the AOF's base takes about 9 s to write.
 	pAddr, primary := startServer(t, dirs[0], 0, "appendonly no", "rdb-key-save-delay 3000")
 	pPort, _ := strconv.Atoi(strings.TrimPrefix(pAddr, "127.0.0.1:"))
