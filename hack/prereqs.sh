@@ -18,15 +18,16 @@ install=1
 declare -A pkg=(
 	[make]=make [git]=git [curl]=curl [python3]=python3 [pgrep]=procps [sha256sum]=coreutils
 	[runc]=runc [ip]=iproute2 [bridge]=iproute2 [iptables]=iptables
-	[redis-server]=redis-server [redis-cli]=redis-tools [unshare]=util-linux
+	[redis-server]=redis-server [redis-cli]=redis-tools [unshare]=util-linux [mmdebstrap]=mmdebstrap
 )
 # Why each is needed, for the message.
 declare -A why=(
 	[runc]="runs the real nodes' containers" [ip]="the nodes' network namespaces" [bridge]="the nodes' bridge"
 	[iptables]="kube-proxy's Service rules" [redis-server]="the members' server" [redis-cli]="tests and make up's round trip"
 	[curl]="health checks" [python3]="test helpers" [unshare]="the network-namespace check"
+	[mmdebstrap]="builds the nodes' images (root filesystems) from Debian packages"
 )
-order=(make git curl python3 pgrep sha256sum unshare runc ip bridge iptables redis-server redis-cli)
+order=(make git curl python3 pgrep sha256sum unshare runc ip bridge iptables redis-server redis-cli mmdebstrap)
 
 missing_cmds() {
 	local c

@@ -121,7 +121,7 @@ func leader(c *framework.Cluster) (string, error) {
 
 func cacheDoc(ns, name string, replicas int) string {
 	return fmt.Sprintf("apiVersion: cache.example.com/v2\nkind: ManagedCache\nmetadata: {name: %s, namespace: %s}\n"+
-		"spec: {replicas: %d, engine: {version: \"7.4\"}, storage: {size: 1Gi}}\n", name, ns, replicas)
+		"spec: {replicas: %d, engine: {version: \"7.2\"}, storage: {size: 1Gi}}\n", name, ns, replicas)
 }
 
 func apply(t *testing.T, c *framework.Cluster, doc string) {
@@ -300,7 +300,7 @@ func TestDeployedOperator(t *testing.T) {
 		// the conversion webhook, reached through the Service, which routes only to Ready pods.
 		setStorageVersion(t, c, "v1")
 		for i := 0; i < 3; i++ {
-			doc := fmt.Sprintf("apiVersion: cache.example.com/v1\nkind: ManagedCache\nmetadata: {name: old-%d, namespace: %s}\nspec: {size: 1, version: \"7.4\", storageGi: 1}\n", i, ns)
+			doc := fmt.Sprintf("apiVersion: cache.example.com/v1\nkind: ManagedCache\nmetadata: {name: old-%d, namespace: %s}\nspec: {size: 1, version: \"7.2\", storageGi: 1}\n", i, ns)
 			apply(t, c, doc)
 		}
 		setStorageVersion(t, c, "v2")

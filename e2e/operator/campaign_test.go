@@ -313,7 +313,7 @@ func TestFaultCampaign(t *testing.T) {
 	}
 	t.Logf("fault campaign: %d faults, seed %d (CACHE_E2E_CHAOS_SEED=%d replays the order)", count, seed, seed)
 	c := framework.Setup(t)
-	cp := &campaign{t: t, c: c, rng: rand.New(rand.NewSource(seed)), ops: map[string]*chaosOperator{}, version: "7.4",
+	cp := &campaign{t: t, c: c, rng: rand.New(rand.NewSource(seed)), ops: map[string]*chaosOperator{}, version: "8.0",
 		// -v=3: the member passes' decisions are in the operators' logs (.cluster-test/operator-*.log).
 		args: []string{"--leader-elect", "--leader-elect-lease-duration=8s", "--leader-elect-renew-deadline=5s", "--leader-elect-retry-period=1s", "-v=3"}}
 	for _, id := range []string{"chaos-a", "chaos-b"} {
@@ -322,7 +322,8 @@ func TestFaultCampaign(t *testing.T) {
 	cp.ns = c.RealNamespace(t, "chaos")
 	deleteCachesOnCleanup(t, c, cp.ns)
 	dumpMembersOnFailure(t, c, cp.ns, chaosCache)
-	createCache(t, c, cp.ns, chaosCache, map[string]interface{}{"size": int64(3), "version": cp.version, "storageGi": int64(1)})
+	createCacheV2(t, c, cp.ns, chaosCache, map[string]interface{}{"replicas": int64(3),
+		"engine": map[string]interface{}{"name": "valkey", "version": cp.version}, "storage": map[string]interface{}{"size": "1Gi"}})
 	waitWhole(t, c, cp.ns, chaosCache, 3, 3*time.Minute)
 	cp.pw = password(t, c, cp.ns, chaosCache)
 	cp.rw = clusterIP(t, c, cp.ns, chaosCache+"-rw") + ":6379"
@@ -577,14 +578,12 @@ func (o *operator) waitLog(from int, text string, timeout time.Duration) bool {
 	}
 }
 
-// nextVersion is the version a roll goes to: always up (admission refuses a downgrade across a
-// major version), 7.4 to 8.0, then 8.1, 8.2, ... (the local nodes run the same server for every
-// tag; the roll is what is tested).
+// nextVersion is the version a roll goes to: the campaign's cache is valkey, whose 8.0 and 8.1
+// write one snapshot format, so that rolls can go back and forth as often as the campaign draws
+// them (the local nodes run valkey 8.1.1 for both tags; the roll is what is tested).
 func nextVersion(v string) string {
-	major, minor, _ := strings.Cut(v, ".")
-	if major == "7" {
-		return "8.0"
+	if v == "8.0" {
+		return "8.1"
 	}
-	n, _ := strconv.Atoi(minor)
-	return major + "." + strconv.Itoa(n+1)
+	return "8.0"
 }

@@ -44,7 +44,7 @@ func TestCrashConvergence(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			createCache(t, c, ns, name, map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(1)})
+			createCache(t, c, ns, name, map[string]interface{}{"size": int64(3), "version": "7.2", "storageGi": int64(1)})
 		}()
 	}
 	wg.Wait()
@@ -142,7 +142,7 @@ func TestNoOpReconcileMakesNoRequests(t *testing.T) {
 	ctrl := startInProcess(t, c, ctx, cancel, func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
 	deleteCachesOnCleanup(t, c, ns)
 
-	createCache(t, c, ns, "quiet", map[string]interface{}{"version": "7.4", "size": int64(3)})
+	createCache(t, c, ns, "quiet", map[string]interface{}{"version": "7.2", "size": int64(3)})
 	waitReady(t, c, ns, "quiet", 3, 2*time.Minute)
 
 	for i := 0; i < 5; i++ {

@@ -90,7 +90,7 @@ func TestRenderedChildrenDoNotDriftFromTheAPIServersCopy(t *testing.T) {
 	}
 	// Another manager changes a field we set: that is drift, named by its path.
 	if _, err := c.Dynamic.Resource(children["StatefulSet"].gvr).Namespace(ns).Patch(ctx, sts.GetName(), types.JSONPatchType,
-		[]byte(`[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"redis:7.40"}]`), metav1.PatchOptions{FieldManager: "someone"}); err != nil {
+		[]byte(`[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"redis:7.20"}]`), metav1.PatchOptions{FieldManager: "someone"}); err != nil {
 		t.Fatal(err)
 	}
 	live, err := applier.Get(ctx, sts)

@@ -53,7 +53,7 @@ func TestMemoryDoesNotGrowWithForeignObjects(t *testing.T) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			createCache(t, c, ns, fmt.Sprintf("m%04d", i), map[string]interface{}{"size": int64(1), "version": "7.4", "storageGi": int64(1)})
+			createCache(t, c, ns, fmt.Sprintf("m%04d", i), map[string]interface{}{"size": int64(1), "version": "7.2", "storageGi": int64(1)})
 		}()
 	}
 	wg.Wait()

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-var sessionsSpec = map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(10), "evictionPolicy": "allkeys-lru"}
+var sessionsSpec = map[string]interface{}{"size": int64(3), "version": "7.2", "storageGi": int64(10), "evictionPolicy": "allkeys-lru"}
 
 // TestInvalidSpecsAreRejectedAtApply: the API server answers bad input at once, naming the field
 // and the rule.
@@ -36,13 +36,13 @@ func TestInvalidSpecsAreRejectedAtApply(t *testing.T) {
 	}
 	long := strings.Repeat("a", 53)
 	for _, tc := range []struct{ name, spec, want string }{
-		{"size-0", `{size: 0, version: "7.4"}`, "spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1"},
-		{"size-10", `{size: 10, version: "7.4"}`, "spec.size: Invalid value: 10: spec.size in body should be less than or equal to 9"},
+		{"size-0", `{size: 0, version: "7.2"}`, "spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1"},
+		{"size-10", `{size: 10, version: "7.2"}`, "spec.size: Invalid value: 10: spec.size in body should be less than or equal to 9"},
 		{"latest", `{version: latest}`, `spec.version: Invalid value: "latest": spec.version in body should match '^[0-9]+\.[0-9]+$'`},
 		{"no-version", `{size: 1}`, "spec.version: Required value"},
-		{"lru", `{version: "7.4", evictionPolicy: lru}`, `spec.evictionPolicy: Unsupported value: "lru": supported values: "noeviction", "allkeys-lru", "volatile-lru"`},
-		{"storage-0", `{version: "7.4", storageGi: 0}`, "spec.storageGi: Invalid value: 0"},
-		{long, `{version: "7.4"}`, "metadata.name may be at most 52 characters"},
+		{"lru", `{version: "7.2", evictionPolicy: lru}`, `spec.evictionPolicy: Unsupported value: "lru": supported values: "noeviction", "allkeys-lru", "volatile-lru"`},
+		{"storage-0", `{version: "7.2", storageGi: 0}`, "spec.storageGi: Invalid value: 0"},
+		{long, `{version: "7.2"}`, "metadata.name may be at most 52 characters"},
 	} {
 		err := apply(tc.name, tc.spec)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -50,13 +50,13 @@ func TestInvalidSpecsAreRejectedAtApply(t *testing.T) {
 		}
 	}
 	// storageGi may grow but never shrink.
-	if err := apply("grow", `{version: "7.4", storageGi: 10}`); err != nil {
+	if err := apply("grow", `{version: "7.2", storageGi: 10}`); err != nil {
 		t.Fatal(err)
 	}
-	if err := apply("grow", `{version: "7.4", storageGi: 20}`); err != nil {
+	if err := apply("grow", `{version: "7.2", storageGi: 20}`); err != nil {
 		t.Errorf("growing storageGi was rejected: %v", err)
 	}
-	err := apply("grow", `{version: "7.4", storageGi: 5}`)
+	err := apply("grow", `{version: "7.2", storageGi: 5}`)
 	if want := "spec.storageGi: Invalid value: 5: storageGi may not shrink"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("shrinking storageGi: kubectl said %v; want %q", err, want)
 	}
@@ -100,7 +100,7 @@ func TestCacheLifecycle(t *testing.T) {
 		}{
 			// Simulated members are not observed: member 0 is labelled primary.
 			{"managedcache", []string{"NAME", "REPLICAS", "READY", "ENGINE", "VERSION", "STATUS", "AGE", "ENDPOINT", "PRIMARY", "LAST-BACKUP"},
-				map[int]string{1: "3", 2: "3", 3: "redis", 4: "7.4", 5: "AllReplicasReady", 7: "sessions-rw." + ns + ".svc.cluster.local:6379", 8: "sessions-0"}},
+				map[int]string{1: "3", 2: "3", 3: "redis", 4: "7.2", 5: "AllReplicasReady", 7: "sessions-rw." + ns + ".svc.cluster.local:6379", 8: "sessions-0"}},
 			{"managedcaches.v1.cache.example.com", []string{"NAME", "SIZE", "READY", "STATUS", "AGE", "ENDPOINT", "PRIMARY"},
 				map[int]string{1: "3", 2: "3", 3: "AllReplicasReady", 5: "sessions-rw." + ns + ".svc.cluster.local:6379", 6: "sessions-0"}},
 		} {
@@ -257,7 +257,7 @@ func TestForeignChildIsNotAdopted(t *testing.T) {
 	}
 	startOperator(t, c)
 	deleteCachesOnCleanup(t, c, ns)
-	createCache(t, c, ns, "taken", map[string]interface{}{"version": "7.4"})
+	createCache(t, c, ns, "taken", map[string]interface{}{"version": "7.2"})
 	framework.Eventually(t, time.Minute, "Ready=False with reason ServiceFailed", func() (bool, string, error) {
 		mc, err := c.Dynamic.Resource(mcGVR).Namespace(ns).Get(ctx, "taken", metav1.GetOptions{})
 		if err != nil {

@@ -91,7 +91,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		t.Errorf("/healthz answered %d", code)
 	}
 	before := scrape(t, metrics)
-	if _, err := applyYAML(ctx, c, v1Doc(ns, "m", 3, "7.4")); err != nil {
+	if _, err := applyYAML(ctx, c, v1Doc(ns, "m", 3, "7.2")); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, c, ns, "m", 3, 2*time.Minute)
@@ -190,7 +190,7 @@ func TestLeaderElection(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			createCache(t, c, ns, names[i], map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(1)})
+			createCache(t, c, ns, names[i], map[string]interface{}{"size": int64(3), "version": "7.2", "storageGi": int64(1)})
 		}()
 	}
 	wg.Wait()

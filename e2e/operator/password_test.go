@@ -239,7 +239,7 @@ func TestPasswordRotation(t *testing.T) {
 	startOperator(t, c, "--password-overlap="+overlap.String())
 	ns := c.RealNamespace(t, "rotate")
 	deleteCachesOnCleanup(t, c, ns)
-	createCache(t, c, ns, "r", map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(1)})
+	createCache(t, c, ns, "r", map[string]interface{}{"size": int64(3), "version": "7.2", "storageGi": int64(1)})
 	waitWhole(t, c, ns, "r", 3, 3*time.Minute)
 	waitPasswordApplied(t, c, ns, "r", 1)
 	oldPW, internal := password(t, c, ns, "r"), internalPassword(t, c, ns, "r")

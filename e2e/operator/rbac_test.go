@@ -84,7 +84,7 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 
 	// What an older version left behind: a cache with the finalizer it used to add, and a CRD
 	// that records v1 as stored, so that the finalizer's removal and the storage migration run.
-	legacy := cacheObject(ns, "legacy", map[string]interface{}{"engine": map[string]interface{}{"version": "7.4"}})
+	legacy := cacheObject(ns, "legacy", map[string]interface{}{"engine": map[string]interface{}{"version": "7.2"}})
 	legacy.SetAPIVersion("cache.example.com/v2")
 	legacy.SetFinalizers([]string{"cache.example.com/finalizer"})
 	if _, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Create(ctx, legacy, metav1.CreateOptions{}); err != nil {
@@ -101,7 +101,7 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 	deleteCachesOnCleanup(t, c, ns)
 
 	// A cache, through creation, repair of its Secret, and deletion.
-	if _, err := applyYAML(ctx, c, v1Doc(ns, "m", 3, "7.4")); err != nil {
+	if _, err := applyYAML(ctx, c, v1Doc(ns, "m", 3, "7.2")); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, c, ns, "m", 3, 2*time.Minute)
@@ -181,7 +181,7 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 	})
 	// A cache whose Secret name is taken: create fails, get tells whose it is, the repeated
 	// Warning is aggregated.
-	createCache(t, c, ns, "taken", map[string]interface{}{"version": "7.4"})
+	createCache(t, c, ns, "taken", map[string]interface{}{"version": "7.2"})
 	for i := 0; i < 2; i++ {
 		if _, err := c.Kubectl(ctx, "annotate", "managedcache", "taken", "-n", ns, fmt.Sprintf("poke=%d", i), "--overwrite"); err != nil {
 			t.Fatal(err)

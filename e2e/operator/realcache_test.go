@@ -52,7 +52,7 @@ func TestCacheOnRealNodes(t *testing.T) {
 	ns := c.RealNamespace(t, "real")
 	deleteCachesOnCleanup(t, c, ns)
 	createCache(t, c, ns, "sessions", map[string]interface{}{
-		"size": int64(3), "version": "7.4", "storageGi": int64(1), "evictionPolicy": "allkeys-lru",
+		"size": int64(3), "version": "7.2", "storageGi": int64(1), "evictionPolicy": "allkeys-lru",
 	})
 	start := time.Now()
 	waitReady(t, c, ns, "sessions", 3, 3*time.Minute)

@@ -114,7 +114,7 @@ func TestRoutingThroughServices(t *testing.T) {
 	sizes := []int64{1, 3, 5}
 	for _, n := range sizes {
 		// Size 3 runs engine valkey: the same protocol, the same roles.
-		engine := map[string]interface{}{"name": "redis", "version": "7.4"}
+		engine := map[string]interface{}{"name": "redis", "version": "7.2"}
 		if n == 3 {
 			engine = map[string]interface{}{"name": "valkey", "version": "8.0"}
 		}
@@ -234,12 +234,18 @@ type realCache struct {
 
 func newRealCache(t *testing.T, nsPrefix, name string, operatorArgs ...string) realCache {
 	t.Helper()
+	return newRealCacheAt(t, nsPrefix, name, "7.2", operatorArgs...)
+}
+
+// newRealCacheAt is newRealCache of redis at version.
+func newRealCacheAt(t *testing.T, nsPrefix, name, version string, operatorArgs ...string) realCache {
+	t.Helper()
 	c := framework.Setup(t)
 	op := startOperator(t, c, operatorArgs...)
 	ns := c.RealNamespace(t, nsPrefix)
 	deleteCachesOnCleanup(t, c, ns)
 	dumpMembersOnFailure(t, c, ns, name)
-	createCache(t, c, ns, name, map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(1)})
+	createCache(t, c, ns, name, map[string]interface{}{"size": int64(3), "version": version, "storageGi": int64(1)})
 	primary := waitWhole(t, c, ns, name, 3, 3*time.Minute)
 	return realCache{c: c, ns: ns, primary: primary, password: password(t, c, ns, name),
 		addr: net.JoinHostPort(clusterIP(t, c, ns, name+"-rw"), "6379"), op: op}
@@ -356,51 +362,26 @@ func dataDir(t *testing.T, c *framework.Cluster, ns, pod string) string {
 // annotation. Writes fail for at most a moment, and no acknowledged write is lost.
 func TestVersionChangeAndSwitchover(t *testing.T) {
 	ctx := context.Background()
-	rc := newRealCache(t, "roll", "v")
-	c, ns, before, pw, rw := rc.c, rc.ns, rc.primary, rc.password, rc.addr
+	rc := newRealCacheAt(t, "roll", "v", "7.0")
+	c, ns, pw, rw := rc.c, rc.ns, rc.password, rc.addr
+	wantServers(t, serverOf(t, c, ns, "v"), "redis", "7.0.", "before the roll")
+	data := fillAndFingerprint(t, c, ns, "v", rc.primary.Name)
 	w := startWriter(t, rw, pw, 2_000_000, 10*time.Minute)
 	w.waitOK(t, time.Now(), time.Minute)
 
-	uids := map[string]types.UID{}
-	for _, p := range memberPods(t, c, ns, "v") {
-		uids[p.Name] = p.UID
-	}
-	start := time.Now()
-	patch := []byte(`{"spec":{"engine":{"version":"8.0"}}}`)
-	if _, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Patch(ctx, "v", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// Every member restarts on the new revision; watch the order in which they go.
-	var order []string
-	framework.Eventually(t, 5*time.Minute, "every member restarted on 8.0", func() (bool, string, error) {
-		for _, p := range memberPods(t, c, ns, "v") {
-			if p.UID != uids[p.Name] {
-				seen := false
-				for _, o := range order {
-					seen = seen || o == p.Name
-				}
-				if !seen {
-					order = append(order, p.Name)
-				}
-			}
-		}
-		assertOnePrimary(t, c, ns, "v", pw, "a step of the roll")
-		return len(order) == 3, fmt.Sprintf("restarted so far, in order: %v", order), nil
-	})
-	after := waitWhole(t, c, ns, "v", 3, 3*time.Minute)
-	rolled := time.Since(start)
-	if order[2] != before.Name {
-		t.Errorf("restart order %v: the primary %s was not last", order, before.Name)
-	}
-	if after.Name == before.Name {
-		t.Errorf("the primary is still %s: no handover happened", after.Name)
-	}
+	r := rollTo(t, c, ns, "v", pw, rc.primary, `{"version":"8.0"}`)
+	after := r.after
+	wantServers(t, serverOf(t, c, ns, "v"), "redis", "8.0.", "after the roll")
 	failed, kinds := w.failedTime()
-	t.Logf("version 7.4 -> 8.0 of a size-3 cache under a steady writer: rolled in %v, order %v, primary %s -> %s; writes failed for %v in all (target <= 2s), by kind %v",
-		rolled.Round(100*time.Millisecond), order, before.Name, after.Name, failed.Round(10*time.Millisecond), kinds)
+	t.Logf("redis 7.0 -> 8.0 of a size-3 cache under a steady writer: rolled in %v, order %v, primary %s -> %s; writes failed for %v in all (target <= 2s), by kind %v",
+		r.took.Round(100*time.Millisecond), r.order, r.before.Name, after.Name, failed.Round(10*time.Millisecond), kinds)
 	if failed > 2*time.Second {
 		t.Errorf("writes failed for %v during the version change; target <= 2s", failed)
 	}
+	// Back down: refused (8.0 writes a snapshot format 7.0 cannot read).
+	_, err := c.Kubectl(ctx, "patch", "managedcaches.v2.cache.example.com", "v", "-n", ns, "--type=merge", "-p", `{"spec":{"engine":{"version":"7.0"}}}`)
+	wantRejected(t, "redis 8.0 -> 7.0", err, "spec.engine: changing from redis 8.0 to redis 7.0 would lose the data: redis 7.0 reads snapshot formats up to 10 and the data is in format 12")
+	t.Logf("redis 8.0 -> 7.0 refused: %v", err)
 
 	// A switchover by annotation, to a replica: v-2 (then a scale-down to 2 removes the primary's
 	// ordinal), or v-0 if v-2 is the primary already.
@@ -453,6 +434,7 @@ func TestVersionChangeAndSwitchover(t *testing.T) {
 	if len(lost) != 0 {
 		t.Errorf("%d acknowledged writes lost in planned changes (first %v)", len(lost), lost[:min(5, len(lost))])
 	}
+	checkDataSurvived(t, c, ns, "v", data)
 }
 
 // TestExistingCacheMovesToRoles: a cache made by the operator before roles (member 0 the primary
@@ -471,7 +453,7 @@ func TestExistingCacheMovesToRoles(t *testing.T) {
 	old := startOperator(t, c, "--templates-dir="+legacy, "--member-networks=192.0.2.1/32")
 	ns := c.RealNamespace(t, "legacy")
 	deleteCachesOnCleanup(t, c, ns)
-	createCache(t, c, ns, "m", map[string]interface{}{"size": int64(3), "version": "7.4", "storageGi": int64(1)})
+	createCache(t, c, ns, "m", map[string]interface{}{"size": int64(3), "version": "7.2", "storageGi": int64(1)})
 	waitReady(t, c, ns, "m", 3, 3*time.Minute)
 	pw := password(t, c, ns, "m")
 	m0, err := c.Kube.CoreV1().Pods(ns).Get(ctx, "m-0", metav1.GetOptions{})

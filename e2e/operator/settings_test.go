@@ -99,7 +99,7 @@ func TestEvictionOnRealNodes(t *testing.T) {
 	ns := c.RealNamespace(t, "evict")
 	deleteCachesOnCleanup(t, c, ns)
 	v2 := func(policy, maxMemory, limit string) map[string]interface{} {
-		spec := map[string]interface{}{"replicas": int64(1), "engine": map[string]interface{}{"version": "7.4"},
+		spec := map[string]interface{}{"replicas": int64(1), "engine": map[string]interface{}{"version": "7.2"},
 			"storage": map[string]interface{}{"size": "1Gi"}, "eviction": map[string]interface{}{"policy": policy}}
 		if maxMemory != "" {
 			spec["eviction"].(map[string]interface{})["maxMemory"] = maxMemory
@@ -124,7 +124,7 @@ func TestEvictionOnRealNodes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		if tc.spec == nil {
-			createCache(t, c, ns, tc.name, map[string]interface{}{"size": int64(1), "version": "7.4", "storageGi": int64(1), "evictionPolicy": "allkeys-lru"})
+			createCache(t, c, ns, tc.name, map[string]interface{}{"size": int64(1), "version": "7.2", "storageGi": int64(1), "evictionPolicy": "allkeys-lru"})
 			continue
 		}
 		createV2Cache(t, c, ns, tc.name, tc.spec)

@@ -21,7 +21,7 @@ func storageDoc(ns, name string, replicas int, size, class string) string {
 		cls = ", storageClassName: " + class
 	}
 	return fmt.Sprintf("apiVersion: cache.example.com/v2\nkind: ManagedCache\nmetadata: {name: %s, namespace: %s}\n"+
-		"spec: {replicas: %d, engine: {version: \"7.4\"}, storage: {size: %s%s}}\n", name, ns, replicas, size, cls)
+		"spec: {replicas: %d, engine: {version: \"7.2\"}, storage: {size: %s%s}}\n", name, ns, replicas, size, cls)
 }
 
 // conditionsSeen watches a cache and records every StorageResizing condition it shows, until stop.

@@ -124,7 +124,7 @@ func TestTLSCache(t *testing.T) {
 	deleteCachesOnCleanup(t, c, ns)
 	dumpMembersOnFailure(t, c, ns, "t")
 	ctx := context.Background()
-	createV2Cache(t, c, ns, "t", map[string]interface{}{"replicas": int64(3), "engine": map[string]interface{}{"version": "7.4"},
+	createV2Cache(t, c, ns, "t", map[string]interface{}{"replicas": int64(3), "engine": map[string]interface{}{"version": "7.2"},
 		"storage": map[string]interface{}{"size": "1Gi"}, "tls": map[string]interface{}{"enabled": true}})
 	primary := waitWhole(t, c, ns, "t", 3, 3*time.Minute)
 	pw, internal := password(t, c, ns, "t"), internalPassword(t, c, ns, "t")

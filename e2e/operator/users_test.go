@@ -290,7 +290,7 @@ func TestSecretEditRacingAnOperatorWriteWins(t *testing.T) {
 	}
 	startInProcess(t, c, ctx, cancel, func(rt http.RoundTripper) http.RoundTripper { hold.next = rt; return hold })
 	deleteCachesOnCleanup(t, c, ns)
-	createCache(t, c, ns, "r", map[string]interface{}{"version": "7.4", "size": int64(1)})
+	createCache(t, c, ns, "r", map[string]interface{}{"version": "7.2", "size": int64(1)})
 	framework.Eventually(t, time.Minute, "the Secret at revision 1", func() (bool, string, error) {
 		s, err := c.Kube.CoreV1().Secrets(ns).Get(ctx, "r-auth", metav1.GetOptions{})
 		if err != nil {

@@ -45,7 +45,7 @@ func TestAdmissionRulesThroughTheAPIServer(t *testing.T) {
 	ns := c.Namespace(t, "admission")
 	startOperator(t, c)
 	deleteCachesOnCleanup(t, c, ns)
-	if _, err := applyYAML(ctx, c, v1Doc(ns, "guarded", 5, "7.4")); err != nil {
+	if _, err := applyYAML(ctx, c, v1Doc(ns, "guarded", 5, "8.0")); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, c, ns, "guarded", 5, 2*time.Minute)
@@ -53,21 +53,25 @@ func TestAdmissionRulesThroughTheAPIServer(t *testing.T) {
 
 	_, err := c.Kubectl(ctx, "scale", "managedcache/guarded", "-n", ns, "--replicas=2")
 	wantRejected(t, "kubectl scale 5 -> 2", err, denied+"spec.replicas (scale): scaling from 5 to 2 members leaves fewer than a majority (3)")
-	_, err = applyYAML(ctx, c, v1Doc(ns, "guarded", 1, "7.4"))
+	_, err = applyYAML(ctx, c, v1Doc(ns, "guarded", 1, "8.0"))
 	wantRejected(t, "kubectl apply v1 size 5 -> 1", err, denied+"spec.size: scaling from 5 to 1 members")
 	_, err = c.Kubectl(ctx, "patch", "managedcaches.v2.cache.example.com", "guarded", "-n", ns, "--type=merge", "-p", `{"spec":{"replicas":2}}`)
 	wantRejected(t, "v2 patch replicas 5 -> 2", err, denied+"spec.replicas: scaling from 5 to 2")
-	_, err = applyYAML(ctx, c, v1Doc(ns, "guarded", 5, "6.2"))
-	wantRejected(t, "kubectl apply v1 version 7.4 -> 6.2", err, denied+"spec.version: downgrading from 7.4 to 6.2 crosses a major version")
-	_, err = c.Kubectl(ctx, "patch", "managedcaches.v2.cache.example.com", "guarded", "-n", ns, "--type=merge", "-p", `{"spec":{"engine":{"version":"6.0"}}}`)
-	wantRejected(t, "v2 patch version 7.4 -> 6.0", err, denied+"spec.engine.version: downgrading from 7.4 to 6.0")
+	_, err = applyYAML(ctx, c, v1Doc(ns, "guarded", 5, "7.2"))
+	wantRejected(t, "kubectl apply v1 version 8.0 -> 7.2", err, denied+"spec.version: changing from redis 8.0 to redis 7.2 would lose the data: "+
+		"redis 7.2 reads snapshot formats up to 11 and the data is in format 12")
+	_, err = c.Kubectl(ctx, "patch", "managedcaches.v2.cache.example.com", "guarded", "-n", ns, "--type=merge", "-p", `{"spec":{"engine":{"name":"valkey","version":"8.1"}}}`)
+	wantRejected(t, "v2 patch redis 8.0 -> valkey 8.1", err, denied+"spec.engine: changing from redis 8.0 to valkey 8.1 would lose the data: "+
+		"valkey reads redis data up to redis 7.2's snapshot format (11) and the data is in format 12")
+	// Versions the operator cannot run: refused by the CRD's rule, without the webhook.
+	_, err = c.Kubectl(ctx, "patch", "managedcaches.v2.cache.example.com", "guarded", "-n", ns, "--type=merge", "-p", `{"spec":{"engine":{"version":"6.2"}}}`)
+	wantRejected(t, "v2 patch version 8.0 -> 6.2", err, "unsupported engine and version; supported: redis 7.0, 7.2, 8.0; valkey 8.0, 8.1")
+	_, err = applyYAML(ctx, c, v1Doc(ns, "other", 1, "6.2"))
+	wantRejected(t, "kubectl apply v1 version 6.2", err, `spec.version: Unsupported value: "6.2": supported values: "7.0", "7.2", "8.0", "8.1"`)
 
-	// What keeps a majority, or stays in the major version, passes.
+	// What keeps a majority passes.
 	if _, err := c.Kubectl(ctx, "scale", "managedcache/guarded", "-n", ns, "--replicas=3"); err != nil {
 		t.Errorf("kubectl scale 5 -> 3: %v", err)
-	}
-	if _, err := applyYAML(ctx, c, v1Doc(ns, "guarded", 3, "7.2")); err != nil {
-		t.Errorf("minor downgrade 7.4 -> 7.2: %v", err)
 	}
 	// The override, read on /scale from the operator's informer cache.
 	if _, err := c.Kubectl(ctx, "annotate", "managedcache", "guarded", "-n", ns, "cache.example.com/allow-quorum-loss=true"); err != nil {
@@ -170,7 +174,7 @@ func TestWebhookCertificateRotation(t *testing.T) {
 	ns := c.Namespace(t, "rotate")
 	op := startOperator(t, c, "--webhook-cert-lifetime=30s")
 	deleteCachesOnCleanup(t, c, ns)
-	if _, err := applyYAML(ctx, c, v1Doc(ns, "r", 3, "7.4")); err != nil {
+	if _, err := applyYAML(ctx, c, v1Doc(ns, "r", 3, "7.2")); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, c, ns, "r", 3, 2*time.Minute)
@@ -217,7 +221,7 @@ func TestWhileTheOperatorIsDown(t *testing.T) {
 	ns := c.Namespace(t, "down")
 	doomedNS := c.Namespace(t, "down-ns")
 	op := startOperator(t, c)
-	for _, doc := range []string{v2Doc(ns, "before", 3, "7.4"), v2Doc(ns, "doomed", 1, "7.4"), v2Doc(doomedNS, "inside", 1, "7.4")} {
+	for _, doc := range []string{v2Doc(ns, "before", 3, "7.2"), v2Doc(ns, "doomed", 1, "7.2"), v2Doc(doomedNS, "inside", 1, "7.2")} {
 		if err := c.ApplyServerSide(ctx, doc); err != nil {
 			t.Fatal(err)
 		}
@@ -233,16 +237,16 @@ func TestWhileTheOperatorIsDown(t *testing.T) {
 			t.Errorf("%s while the operator is down: %v", what, err)
 		}
 	}
-	works("creating a v2 cache", c.ApplyServerSide(ctx, v2Doc(ns, "during", 3, "7.4")))
+	works("creating a v2 cache", c.ApplyServerSide(ctx, v2Doc(ns, "during", 3, "7.2")))
 	// The operator has written this cache (status), so its managedFields hold the operator's entries.
-	works("scaling up through a v2 server-side apply", c.ApplyServerSide(ctx, v2Doc(ns, "before", 5, "7.4")))
+	works("scaling up through a v2 server-side apply", c.ApplyServerSide(ctx, v2Doc(ns, "before", 5, "7.2")))
 	_, err := c.Kubectl(ctx, "get", "mc", "-n", ns)
 	works("kubectl get mc", err)
 	_, err = c.Kubectl(ctx, "annotate", "mc", "before", "-n", ns, "note=down")
 	works("annotating", err)
-	err = c.ApplyServerSide(ctx, v2Doc(ns, "before", 1, "7.4"))
+	err = c.ApplyServerSide(ctx, v2Doc(ns, "before", 1, "7.2"))
 	wantRejected(t, "scaling down while the operator is down", err, `failed calling webhook "validate.managedcaches.cache.example.com"`)
-	_, err = applyYAML(ctx, c, v1Doc(ns, "v1-during", 1, "7.4"))
+	_, err = applyYAML(ctx, c, v1Doc(ns, "v1-during", 1, "7.2"))
 	wantRejected(t, "creating through v1 while the operator is down", err, "conversion webhook")
 	// Deleting a cache: its children are collected, with nothing to convert.
 	works("deleting a cache", c.Dynamic.Resource(mcV2GVR).Namespace(ns).Delete(ctx, "doomed", metav1.DeleteOptions{}))

@@ -4,16 +4,17 @@
 //   - Quorum guard: a decrease of the member count that leaves fewer than a majority of the
 //     current members (new < old/2+1) is rejected, on the object and on the scale subresource,
 //     unless the object carries the annotation cache.example.com/allow-quorum-loss: "true".
-//   - No major downgrade: a version change to an older major version is rejected (the older
-//     server cannot read the newer one's data files).
+//   - The data must survive a version or engine change (engine/support): a downgrade across a
+//     snapshot format change, or an engine the target cannot load (valkey to redis, redis 8 to
+//     valkey), is rejected, as is a pair the support matrix does not list.
 //
 // It is not for schema validation (the CRD does that at once, without the operator running).
 package admission
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
+
+	"example.com/cache-operator/engine/support"
 )
 
 // AllowQuorumLossAnnotation, set to "true", lets a scale-down drop below a majority.
@@ -26,6 +27,10 @@ type Change struct {
 	ReplicasField, VersionField string
 	OldReplicas, NewReplicas    int64
 	OldVersion, NewVersion      string
+	// EngineField names the engine's field; OldEngine and NewEngine are its values (redis when
+	// not set).
+	EngineField          string
+	OldEngine, NewEngine string
 	// Annotations are the object's annotations (for the override).
 	Annotations map[string]string
 }
@@ -45,20 +50,29 @@ func Validate(c Change) error {
 				c.ReplicasField, c.OldReplicas, c.NewReplicas, majority, step, AllowQuorumLossAnnotation)
 		}
 	}
-	if c.OldVersion != "" && c.NewVersion != "" && c.OldVersion != c.NewVersion {
-		oldMajor, okOld := major(c.OldVersion)
-		newMajor, okNew := major(c.NewVersion)
-		if okOld && okNew && newMajor < oldMajor {
-			return fmt.Errorf("%s: downgrading from %s to %s crosses a major version: version %d cannot read the "+
-				"data files that version %d wrote; keep %d.x, or create a new cache for %s",
-				c.VersionField, c.OldVersion, c.NewVersion, newMajor, oldMajor, oldMajor, c.NewVersion)
+	if c.NewVersion == "" {
+		return nil
+	}
+	newEngine, oldEngine := or(c.NewEngine, "redis"), or(c.OldEngine, "redis")
+	if newEngine != oldEngine || c.NewVersion != c.OldVersion {
+		if err := support.Unsupported(newEngine, c.NewVersion); err != nil {
+			return fmt.Errorf("%s: %w", c.VersionField, err)
 		}
+	}
+	if c.OldVersion == "" {
+		return nil
+	}
+	if why := support.ChangeRefusal(oldEngine, c.OldVersion, newEngine, c.NewVersion); why != "" {
+		return fmt.Errorf("%s: changing from %s %s to %s %s would lose the data: %s; keep %s %s, or create a new cache "+
+			"of %s %s and move the data (a backup restores only into a version that can load it)",
+			c.VersionField, oldEngine, c.OldVersion, newEngine, c.NewVersion, why, oldEngine, c.OldVersion, newEngine, c.NewVersion)
 	}
 	return nil
 }
 
-func major(v string) (int, bool) {
-	m, _, _ := strings.Cut(v, ".")
-	n, err := strconv.Atoi(m)
-	return n, err == nil
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

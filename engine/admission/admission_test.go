@@ -23,26 +23,38 @@ func TestValidateTable(t *testing.T) {
 		newV     string
 		ann      map[string]string
 		want     string // "" allowed; else a substring of the error
+		oldE     string // the engines: redis when empty
+		newE     string
 	}{
-		{"3 to 1 loses the majority", 3, 1, "7.4", "7.4", nil, "scaling from 3 to 1 members leaves fewer than a majority (2) of the current members, which loses the cache's quorum and may lose data; scale down in steps that keep a majority (to 2 first); to accept the loss, annotate the ManagedCache with cache.example.com/allow-quorum-loss=\"true\""},
-		{"3 to 2 keeps it", 3, 2, "7.4", "7.4", nil, ""},
-		{"5 to 2 loses it", 5, 2, "7.4", "7.4", nil, "majority (3)"},
-		{"5 to 3 keeps it", 5, 3, "7.4", "7.4", nil, ""},
-		{"2 to 1 loses it", 2, 1, "7.4", "7.4", nil, "a cache of 2 members cannot lose one and keep a majority"},
-		{"9 to 4 loses it", 9, 4, "7.4", "7.4", nil, "majority (5)"},
-		{"9 to 5 keeps it", 9, 5, "7.4", "7.4", nil, ""},
-		{"scaling up", 1, 9, "7.4", "7.4", nil, ""},
-		{"override", 3, 1, "7.4", "7.4", allow, ""},
-		{"override must say true", 3, 1, "7.4", "7.4", map[string]string{AllowQuorumLossAnnotation: "yes"}, "allow-quorum-loss"},
-		{"major downgrade", 3, 3, "7.4", "6.2", nil, "downgrading from 7.4 to 6.2 crosses a major version"},
-		{"major downgrade with a two-digit major", 3, 3, "10.0", "9.9", nil, "crosses a major version"},
-		{"minor downgrade", 3, 3, "7.4", "7.2", nil, ""},
-		{"upgrade", 3, 3, "6.2", "7.4", nil, ""},
-		{"the override does not cover downgrades", 3, 3, "7.4", "6.2", allow, "crosses a major version"},
+		{"3 to 1 loses the majority", 3, 1, "7.2", "7.2", nil, "scaling from 3 to 1 members leaves fewer than a majority (2) of the current members, which loses the cache's quorum and may lose data; scale down in steps that keep a majority (to 2 first); to accept the loss, annotate the ManagedCache with cache.example.com/allow-quorum-loss=\"true\"", "", ""},
+		{"3 to 2 keeps it", 3, 2, "7.2", "7.2", nil, "", "", ""},
+		{"5 to 2 loses it", 5, 2, "7.2", "7.2", nil, "majority (3)", "", ""},
+		{"5 to 3 keeps it", 5, 3, "7.2", "7.2", nil, "", "", ""},
+		{"2 to 1 loses it", 2, 1, "7.2", "7.2", nil, "a cache of 2 members cannot lose one and keep a majority", "", ""},
+		{"9 to 4 loses it", 9, 4, "7.2", "7.2", nil, "majority (5)", "", ""},
+		{"9 to 5 keeps it", 9, 5, "7.2", "7.2", nil, "", "", ""},
+		{"scaling up", 1, 9, "7.2", "7.2", nil, "", "", ""},
+		{"override", 3, 1, "7.2", "7.2", allow, "", "", ""},
+		{"override must say true", 3, 1, "7.2", "7.2", map[string]string{AllowQuorumLossAnnotation: "yes"}, "allow-quorum-loss", "", ""},
+		{"major downgrade", 3, 3, "8.0", "7.2", nil, "spec.version: changing from redis 8.0 to redis 7.2 would lose the data: redis 7.2 reads snapshot formats up to 11 and the data is in format 12; keep redis 8.0", "", ""},
+		{"minor downgrade across a format change", 3, 3, "7.2", "7.0", nil, "redis 7.0 reads snapshot formats up to 10 and the data is in format 11", "", ""},
+		{"an unsupported version", 3, 3, "7.2", "6.2", nil, "spec.version: redis 6.2 is not supported; supported: redis 7.0, 7.2, 8.0; valkey 8.0, 8.1", "", ""},
+		{"an unsupported version from a cache made before the matrix", 3, 3, "7.4", "7.4", nil, "", "", ""},
+		{"from a version before the matrix, a major downgrade", 3, 3, "9.0", "8.0", nil, "cannot read the data files of the newer major version 9.0", "", ""},
+		{"from a version before the matrix, up", 3, 3, "7.4", "8.0", nil, "", "", ""},
+		{"upgrade", 3, 3, "7.0", "8.0", nil, "", "", ""},
+		{"minor upgrade", 3, 3, "7.0", "7.2", nil, "", "", ""},
+		{"the override does not cover downgrades", 3, 3, "8.0", "7.0", allow, "would lose the data", "", ""},
+		{"redis 7.0 to valkey 8.1 migrates", 3, 3, "7.0", "8.1", nil, "", "redis", "valkey"},
+		{"redis 7.2 to valkey 8.0 migrates", 3, 3, "7.2", "8.0", nil, "", "", "valkey"},
+		{"redis 8.0 to valkey 8.1 cannot load", 3, 3, "8.0", "8.1", nil, "valkey reads redis data up to redis 7.2's snapshot format (11) and the data is in format 12", "redis", "valkey"},
+		{"valkey to redis cannot load", 3, 3, "8.1", "8.0", nil, "redis cannot load data written by valkey", "valkey", "redis"},
+		{"valkey 8.1 to 8.0 keeps the format", 3, 3, "8.1", "8.0", nil, "", "valkey", "valkey"},
+		{"an engine change to a version it does not have", 3, 3, "7.2", "7.2", nil, "valkey 7.2 is not supported", "redis", "valkey"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := Validate(Change{ReplicasField: "spec.size", VersionField: "spec.version", OldReplicas: tc.old, NewReplicas: tc.new,
-				OldVersion: tc.oldV, NewVersion: tc.newV, Annotations: tc.ann})
+				OldVersion: tc.oldV, NewVersion: tc.newV, OldEngine: tc.oldE, NewEngine: tc.newE, Annotations: tc.ann})
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("rejected: %v", err)
@@ -89,11 +101,11 @@ func TestHandlerObjectsAndScale(t *testing.T) {
 		req  admissionv1.AdmissionRequest
 		want string
 	}{
-		{"v1 quorum", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(3, "7.4", ""), Object: v1(1, "7.4", "")}, "spec.size: scaling from 3 to 1"},
-		{"v1 override", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(3, "7.4", ""), Object: v1(1, "7.4", `"cache.example.com/allow-quorum-loss":"true"`)}, ""},
-		{"v1 downgrade", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(3, "7.4", ""), Object: v1(3, "6.2", "")}, "spec.version: downgrading"},
-		{"v2 quorum", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v2"}, Operation: admissionv1.Update, OldObject: v2(5, "7.4"), Object: v2(2, "7.4")}, "spec.replicas: scaling from 5 to 2"},
-		{"v2 downgrade", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v2"}, Operation: admissionv1.Update, OldObject: v2(3, "8.0"), Object: v2(3, "7.4")}, "spec.engine.version: downgrading from 8.0 to 7.4"},
+		{"v1 quorum", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(3, "7.2", ""), Object: v1(1, "7.2", "")}, "spec.size: scaling from 3 to 1"},
+		{"v1 override", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(3, "7.2", ""), Object: v1(1, "7.2", `"cache.example.com/allow-quorum-loss":"true"`)}, ""},
+		{"v1 downgrade", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(3, "8.0", ""), Object: v1(3, "7.2", "")}, "spec.version: changing from redis 8.0 to redis 7.2 would lose the data"},
+		{"v2 quorum", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v2"}, Operation: admissionv1.Update, OldObject: v2(5, "7.2"), Object: v2(2, "7.2")}, "spec.replicas: scaling from 5 to 2"},
+		{"v2 downgrade", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v2"}, Operation: admissionv1.Update, OldObject: v2(3, "8.0"), Object: v2(3, "7.0")}, "spec.engine: changing from redis 8.0 to redis 7.0 would lose the data"},
 		{"scale quorum", admissionv1.AdmissionRequest{Namespace: "shop", Name: "s", SubResource: "scale", Operation: admissionv1.Update, OldObject: scale(3), Object: scale(1)}, "scaling from 3 to 1"},
 		{"scale override from the cache", admissionv1.AdmissionRequest{Namespace: "shop", Name: "allowed", SubResource: "scale", Operation: admissionv1.Update, OldObject: scale(3), Object: scale(1)}, ""},
 		{"scale 3 to 2", admissionv1.AdmissionRequest{Namespace: "shop", Name: "s", SubResource: "scale", Operation: admissionv1.Update, OldObject: scale(3), Object: scale(2)}, ""},

@@ -86,7 +86,7 @@ func changeOf(ctx context.Context, req *admissionv1.AdmissionRequest, lookup Ann
 	if err != nil {
 		return Change{}, fmt.Errorf("decoding the object: %w", err)
 	}
-	c := Change{ReplicasField: "spec.replicas", VersionField: "spec.engine.version", Annotations: newObj.GetAnnotations()}
+	c := Change{ReplicasField: "spec.replicas", VersionField: "spec.engine", Annotations: newObj.GetAnnotations()}
 	if req.Kind.Version == "v1" {
 		c.ReplicasField, c.VersionField = "spec.size", "spec.version"
 	}
@@ -94,6 +94,8 @@ func changeOf(ctx context.Context, req *admissionv1.AdmissionRequest, lookup Ann
 	c.NewReplicas = replicas(newObj)
 	c.OldVersion, _, _ = unstructured.NestedString(oldObj.Object, "spec", "engine", "version")
 	c.NewVersion, _, _ = unstructured.NestedString(newObj.Object, "spec", "engine", "version")
+	c.OldEngine, _, _ = unstructured.NestedString(oldObj.Object, "spec", "engine", "name")
+	c.NewEngine, _, _ = unstructured.NestedString(newObj.Object, "spec", "engine", "name")
 	return c, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"example.com/cache-operator/crd"
+	"example.com/cache-operator/engine/support"
 )
 
 // Spec is a ManagedCache's spec (API v2, the operator's hub version) after defaulting and
@@ -244,7 +245,9 @@ func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
 	case !engines[s.Engine.Name]:
 		return s, fmt.Errorf("spec.engine.name: must be redis or valkey, got %q", s.Engine.Name)
 	case !versionPattern.MatchString(s.Engine.Version):
-		return s, fmt.Errorf("spec.engine.version: must look like MAJOR.MINOR (e.g. \"7.4\"), got %q", s.Engine.Version)
+		return s, fmt.Errorf("spec.engine.version: must look like MAJOR.MINOR (e.g. \"8.0\"), got %q", s.Engine.Version)
+	case support.Unsupported(s.Engine.Name, s.Engine.Version) != nil:
+		return s, fmt.Errorf("spec.engine: %w", support.Unsupported(s.Engine.Name, s.Engine.Version))
 	case sizeErr != nil:
 		return s, fmt.Errorf("spec.storage.size: not a quantity: %q", s.Storage.Size)
 	case size.Cmp(minStorage) < 0:

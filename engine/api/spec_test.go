@@ -24,7 +24,7 @@ func TestMaxMemory(t *testing.T) {
 		{"from the volume", map[string]interface{}{"storage": map[string]interface{}{"size": "3Gi"}}, 1536 << 20, MaxMemoryFromStorage},
 		{"a limit in decimal units", map[string]interface{}{"resources": map[string]interface{}{"limits": map[string]interface{}{"memory": "400M"}}}, 300_000_000, MaxMemoryFromLimit},
 	} {
-		spec := map[string]interface{}{"engine": map[string]interface{}{"version": "7.4"}}
+		spec := map[string]interface{}{"engine": map[string]interface{}{"version": "7.2"}}
 		for k, v := range tc.spec {
 			spec[k] = v
 		}
@@ -59,7 +59,7 @@ func TestFence(t *testing.T) {
 		{"a lag of 11", 3, map[string]interface{}{"maxLagSeconds": int64(11)}, Fence{}, "spec.failover.maxLagSeconds"},
 		{"negative", 3, map[string]interface{}{"minReplicasToWrite": int64(-1)}, Fence{}, "spec.failover.minReplicasToWrite"},
 	} {
-		spec := map[string]interface{}{"engine": map[string]interface{}{"version": "7.4"}, "replicas": tc.replicas}
+		spec := map[string]interface{}{"engine": map[string]interface{}{"version": "7.2"}, "replicas": tc.replicas}
 		if tc.failover != nil {
 			spec["failover"] = tc.failover
 		}

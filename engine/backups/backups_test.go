@@ -64,7 +64,7 @@ func TestChooseMember(t *testing.T) {
 
 func TestRefusal(t *testing.T) {
 	spec := api.Spec{Engine: api.Engine{Name: "redis", Version: "7.0"}}
-	if r := refusal("redis", "8.0.2", spec); !strings.Contains(r, "newer major version") {
+	if r := refusal("redis", "8.0.2", spec); !strings.Contains(r, "reads snapshot formats up to 10 and the data is in format 12") {
 		t.Errorf("8.0 into 7.0: %q", r)
 	}
 	for _, ok := range []string{"7.0.15", "6.2.14"} {
@@ -77,6 +77,12 @@ func TestRefusal(t *testing.T) {
 	}
 	if r := refusal("redis", "7.2.4", api.Spec{Engine: api.Engine{Name: "valkey", Version: "8.1"}}); r != "" {
 		t.Errorf("redis 7.2 into valkey 8.1 refused: %s", r)
+	}
+	if r := refusal("redis", "8.0.2", api.Spec{Engine: api.Engine{Name: "valkey", Version: "8.1"}}); !strings.Contains(r, "valkey reads redis data up to redis 7.2") {
+		t.Errorf("redis 8.0 into valkey 8.1: %q", r)
+	}
+	if r := refusal("redis", "7.2.4", api.Spec{Engine: api.Engine{Name: "redis", Version: "7.0"}}); r == "" {
+		t.Error("a redis 7.2 backup (format 11) into redis 7.0 accepted")
 	}
 }
 

@@ -3,7 +3,6 @@ package backups
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/objectstore"
+	"example.com/cache-operator/engine/support"
 )
 
 // What the cache controller asks of the backups (its Backups hooks).
@@ -182,20 +182,13 @@ func RestoreProgress(rs api.RestoreStatus, member, primary, initFailure string, 
 	return next
 }
 
-// refusal says why a backup of engine and version cannot be restored into a cache of spec, or "".
+// refusal says why a backup of engine and version (the server's, such as 8.0.2) cannot be
+// restored into a cache of spec, or "" (the support matrix's rule for a change of version).
 func refusal(engine, version string, spec api.Spec) string {
-	major := func(v string) (int, bool) {
-		n, err := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
-		return n, err == nil
+	why := support.ChangeRefusal(engine, version, spec.Engine.Name, spec.Engine.Version)
+	if why == "" {
+		return ""
 	}
-	from, ok1 := major(version)
-	to, ok2 := major(spec.Engine.Version)
-	if ok1 && ok2 && engine == spec.Engine.Name && from > to {
-		return fmt.Sprintf("the backup comes from %s %s, a newer major version than this cache's %s %s, which cannot load its snapshot format; restore it into a cache of version %d or later",
-			engine, version, spec.Engine.Name, spec.Engine.Version, from)
-	}
-	if engine == "valkey" && spec.Engine.Name == "redis" {
-		return fmt.Sprintf("the backup comes from valkey %s; redis cannot load a Valkey snapshot", version)
-	}
-	return ""
+	return fmt.Sprintf("the backup comes from %s %s and this cache runs %s %s: %s; restore it into a cache that can load it (%s)",
+		engine, version, spec.Engine.Name, spec.Engine.Version, why, support.Summary())
 }

@@ -33,22 +33,22 @@ func TestConvertTable(t *testing.T) {
 apiVersion: cache.example.com/v1
 kind: ManagedCache
 metadata: {name: s, namespace: shop}
-spec: {size: 3, version: "7.4", storageGi: 10, evictionPolicy: allkeys-lru}
+spec: {size: 3, version: "7.2", storageGi: 10, evictionPolicy: allkeys-lru}
 status: {readyReplicas: 3}`, `
 apiVersion: cache.example.com/v2
 kind: ManagedCache
 metadata: {name: s, namespace: shop}
-spec: {replicas: 3, engine: {version: "7.4"}, storage: {size: 10Gi}, eviction: {policy: allkeys-lru}}
+spec: {replicas: 3, engine: {version: "7.2"}, storage: {size: 10Gi}, eviction: {policy: allkeys-lru}}
 status: {readyReplicas: 3}`},
 		{"only the required field", `
 apiVersion: cache.example.com/v1
 kind: ManagedCache
 metadata: {name: s}
-spec: {version: "6.2"}`, `
+spec: {version: "7.0"}`, `
 apiVersion: cache.example.com/v2
 kind: ManagedCache
 metadata: {name: s}
-spec: {engine: {version: "6.2"}}`},
+spec: {engine: {version: "7.0"}}`},
 		{"v2-only fields travel in the annotation", `
 apiVersion: cache.example.com/v1
 kind: ManagedCache
@@ -72,11 +72,11 @@ kind: ManagedCache
 metadata:
   name: s
   annotations: {team: a, cache.example.com/v2-spec: '{"engine":{"name":"redis"}}'}
-spec: {version: "7.4"}`, `
+spec: {version: "7.2"}`, `
 apiVersion: cache.example.com/v2
 kind: ManagedCache
 metadata: {name: s, annotations: {team: a}}
-spec: {engine: {name: redis, version: "7.4"}}`},
+spec: {engine: {name: redis, version: "7.2"}}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -236,7 +236,7 @@ func TestV1EditsBetweenConversionsWin(t *testing.T) {
 	edits := []func(spec map[string]interface{}){
 		func(s map[string]interface{}) { s["storageGi"] = int64(1 + r.Intn(1000)) },
 		func(s map[string]interface{}) { s["size"] = int64(1 + r.Intn(9)) },
-		func(s map[string]interface{}) { s["version"] = pick(r, "7.2", "7.4", "8.0") },
+		func(s map[string]interface{}) { s["version"] = pick(r, "7.2", "7.2", "8.0") },
 		func(s map[string]interface{}) {
 			s["evictionPolicy"] = pick(r, "noeviction", "allkeys-lru", "volatile-lru")
 		},
@@ -270,7 +270,7 @@ func TestV1EditsBetweenConversionsWin(t *testing.T) {
 	}
 	// The case the review found: a storage size v1 shows rounded up, then grown through v1.
 	v1, _ := ToV1(map[string]interface{}{"apiVersion": V2, "kind": "ManagedCache", "metadata": map[string]interface{}{"name": "c"},
-		"spec": map[string]interface{}{"engine": map[string]interface{}{"version": "7.4"}, "storage": map[string]interface{}{"size": "10.5Gi"}}})
+		"spec": map[string]interface{}{"engine": map[string]interface{}{"version": "7.2"}, "storage": map[string]interface{}{"size": "10.5Gi"}}})
 	v1["spec"].(map[string]interface{})["storageGi"] = int64(20)
 	v2, _ := ToV2(v1)
 	if got, _ := nested(v2["spec"], []string{"storage", "size"}); got != "20Gi" {
@@ -351,7 +351,7 @@ func TestWebhookHandler(t *testing.T) {
 	srv := httptest.NewServer(Handler())
 	defer srv.Close()
 	req := `{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"u1","desiredAPIVersion":"cache.example.com/v2",
-"objects":[{"apiVersion":"cache.example.com/v1","kind":"ManagedCache","metadata":{"name":"a"},"spec":{"size":3,"version":"7.4"}}]}}`
+"objects":[{"apiVersion":"cache.example.com/v1","kind":"ManagedCache","metadata":{"name":"a"},"spec":{"size":3,"version":"7.2"}}]}}`
 	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(req))
 	if err != nil {
 		t.Fatal(err)

@@ -48,7 +48,7 @@ func (r *Renderer) Kinds() ([]schema.GroupVersionKind, error) {
 // object and every branch they have.
 func sampleSpec() api.Spec {
 	return api.Spec{
-		Replicas: 3, Engine: api.Engine{Name: "redis", Version: "7.4"},
+		Replicas: 3, Engine: api.Engine{Name: "redis", Version: "7.2"},
 		Storage:   api.Storage{Size: "1Gi", StorageClassName: "standard"},
 		Eviction:  api.Eviction{Policy: "allkeys-lru", MaxMemory: "1Gi", MaxMemoryBytes: 1 << 30},
 		Resources: map[string]interface{}{"limits": map[string]interface{}{"memory": "2Gi"}},
@@ -61,7 +61,7 @@ func sampleSpec() api.Spec {
 func (r *Renderer) Samples(ns, name string) ([]*unstructured.Unstructured, error) {
 	sample := &unstructured.Unstructured{Object: map[string]interface{}{
 		"metadata": map[string]interface{}{"name": name, "namespace": ns},
-		"spec":     map[string]interface{}{"engine": map[string]interface{}{"version": "7.4"}},
+		"spec":     map[string]interface{}{"engine": map[string]interface{}{"version": "7.2"}},
 	}}
 	minimal, err := api.SpecFrom(sample)
 	if err != nil {

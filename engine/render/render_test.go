@@ -200,7 +200,7 @@ func TestRenderChildrenShape(t *testing.T) {
 		t.Errorf("pods start with role %q; want %q", l, api.RoleReplica)
 	}
 	containers, _, _ := unstructured.NestedSlice(sts.Object, "spec", "template", "spec", "containers")
-	if img := containers[0].(map[string]interface{})["image"]; img != "registry.example/redis:7.4" {
+	if img := containers[0].(map[string]interface{})["image"]; img != "registry.example/redis:7.2" {
 		t.Errorf("image %v", img)
 	}
 }

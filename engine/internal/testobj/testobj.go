@@ -13,7 +13,7 @@ func Cache(name string) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]interface{}{
 		"apiVersion": api.GroupVersion.String(), "kind": api.Kind,
 		"metadata": map[string]interface{}{"name": name, "namespace": "shop", "uid": "uid-" + name, "generation": int64(1)},
-		"spec":     map[string]interface{}{"replicas": int64(3), "engine": map[string]interface{}{"version": "7.4"}},
+		"spec":     map[string]interface{}{"replicas": int64(3), "engine": map[string]interface{}{"version": "7.2"}},
 	}}
 }
 

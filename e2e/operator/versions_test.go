@@ -1,0 +1,195 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"example.com/cache-operator/e2e/framework"
+	"example.com/cache-operator/engine/dataset"
+)
+
+// Rolls across real versions: the local nodes run each image's own server (hack/node's image
+// table: redis 7.0.15 from bookworm, redis 8.0.2 and valkey 8.1.1 from trixie), so a version or
+// engine change replaces the server program and its data format under the members' data.
+
+// serverOf is each member's "engine version" from INFO server, by pod name.
+func serverOf(t *testing.T, c *framework.Cluster, ns, cache string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, p := range memberPods(t, c, ns, cache) {
+		cl := internalClient(t, c, ns, cache, p.Status.PodIP)
+		info, err := cl.Info(context.Background(), "server").Result()
+		if err != nil {
+			t.Fatalf("INFO server on %s: %v", p.Name, err)
+		}
+		field := func(name string) string {
+			m := regexp.MustCompile(`(?m)^` + name + `:(\S+)`).FindStringSubmatch(info)
+			if m == nil {
+				return ""
+			}
+			return m[1]
+		}
+		engine, version := "redis", field("redis_version")
+		if field("server_name") == "valkey" {
+			engine, version = "valkey", field("valkey_version")
+		}
+		out[p.Name] = engine + " " + version
+	}
+	return out
+}
+
+// wantServers fails unless every member runs engine at a version starting with prefix.
+func wantServers(t *testing.T, got map[string]string, engine, prefix, when string) {
+	t.Helper()
+	for pod, s := range got {
+		if !strings.HasPrefix(s, engine+" "+prefix) {
+			t.Errorf("%s: %s runs %s, want %s %s*", when, pod, s, engine, prefix)
+		}
+	}
+	t.Logf("%s: INFO server %v", when, got)
+}
+
+// rollResult is what rollTo saw.
+type rollResult struct {
+	order         []string
+	before, after *corev1.Pod
+	took          time.Duration
+}
+
+// rollTo patches the cache's spec.engine and waits until every member has restarted on the new
+// revision and the cache is whole again, checking one primary at each step; the old primary must
+// go last and hand over.
+func rollTo(t *testing.T, c *framework.Cluster, ns, cache, pw string, before *corev1.Pod, engine string) rollResult {
+	t.Helper()
+	uids := map[string]types.UID{}
+	for _, p := range memberPods(t, c, ns, cache) {
+		uids[p.Name] = p.UID
+	}
+	start := time.Now()
+	patch := []byte(fmt.Sprintf(`{"spec":{"engine":%s}}`, engine))
+	if _, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Patch(context.Background(), cache, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	framework.Eventually(t, 8*time.Minute, "every member restarted on "+engine, func() (bool, string, error) {
+		for _, p := range memberPods(t, c, ns, cache) {
+			if p.UID != uids[p.Name] {
+				seen := false
+				for _, o := range order {
+					seen = seen || o == p.Name
+				}
+				if !seen {
+					order = append(order, p.Name)
+				}
+			}
+		}
+		assertOnePrimary(t, c, ns, cache, pw, "a step of the roll")
+		return len(order) == len(uids), fmt.Sprintf("restarted so far, in order: %v", order), nil
+	})
+	after := waitWhole(t, c, ns, cache, int64(len(uids)), 3*time.Minute)
+	r := rollResult{order: order, before: before, after: after, took: time.Since(start)}
+	if order[len(order)-1] != before.Name {
+		t.Errorf("restart order %v: the primary %s was not last", order, before.Name)
+	}
+	if after.Name == before.Name {
+		t.Errorf("the primary is still %s: no handover happened", after.Name)
+	}
+	return r
+}
+
+// dataKeys are the keys written before a roll, of every type, whose fingerprint must survive it.
+const dataKeys = 20_000
+
+// fillAndFingerprint writes dataKeys keys through the primary and returns the fingerprint of the
+// whole dataset (before any writer starts).
+func fillAndFingerprint(t *testing.T, c *framework.Cluster, ns, cache, primary string) dataset.Fingerprint {
+	t.Helper()
+	cl := memberClient(t, c, ns, cache, primary)
+	fillKeys(t, cl, "d", dataKeys)
+	f := fingerprint(t, cl)
+	if f.Keys != dataKeys {
+		t.Fatalf("after filling: %v, want %d keys", f, dataKeys)
+	}
+	return f
+}
+
+// checkDataSurvived removes the writer's keys (prefix w:) through the primary once the writer has
+// been counted, then compares every member's fingerprint with the one taken before the roll.
+func checkDataSurvived(t *testing.T, c *framework.Cluster, ns, cache string, before dataset.Fingerprint) {
+	t.Helper()
+	ctx := context.Background()
+	primary := waitWhole(t, c, ns, cache, int64(len(memberPods(t, c, ns, cache))), 3*time.Minute)
+	cl := memberClient(t, c, ns, cache, primary.Name)
+	var cursor uint64
+	removed := 0
+	for {
+		keys, next, err := cl.Scan(ctx, cursor, "w:*", 5000).Result()
+		if err != nil {
+			t.Fatalf("SCAN: %v", err)
+		}
+		if len(keys) > 0 {
+			if err := cl.Unlink(ctx, keys...).Err(); err != nil {
+				t.Fatalf("UNLINK: %v", err)
+			}
+			removed += len(keys)
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	names := []string{}
+	for _, p := range memberPods(t, c, ns, cache) {
+		names = append(names, p.Name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		var got dataset.Fingerprint
+		framework.Eventually(t, time.Minute, name+" holds the data written before the roll", func() (bool, string, error) {
+			got = fingerprint(t, memberClient(t, c, ns, cache, name))
+			return got == before, fmt.Sprintf("%v, before the roll %v", got, before), nil
+		})
+		t.Logf("%s after the roll (the writer's %d keys removed): %v; before: %v", name, removed, got, before)
+	}
+}
+
+// TestRollRedis70ToValkey81: the migration of a size-3 redis 7.0 cache to valkey 8.1 under a
+// steady writer: replicas first (valkey replicas of the redis primary), the handover to a valkey
+// member last; no acknowledged write lost, writes stopped at most 2 s, every key and value kept.
+func TestRollRedis70ToValkey81(t *testing.T) {
+	rc := newRealCacheAt(t, "migrate", "m", "7.0")
+	c, ns, pw, rw := rc.c, rc.ns, rc.password, rc.addr
+	wantServers(t, serverOf(t, c, ns, "m"), "redis", "7.0.", "before the migration")
+	before := fillAndFingerprint(t, c, ns, "m", rc.primary.Name)
+	w := startWriter(t, rw, pw, 2_000_000, 10*time.Minute)
+	w.waitOK(t, time.Now(), time.Minute)
+	r := rollTo(t, c, ns, "m", pw, rc.primary, `{"name":"valkey","version":"8.1"}`)
+	w.halt()
+	failed, kinds := w.failedTime()
+	lost := w.lost(t, rw, pw)
+	wantServers(t, serverOf(t, c, ns, "m"), "valkey", "8.1.", "after the migration")
+	t.Logf("redis 7.0 -> valkey 8.1 of a size-3 cache under a steady writer: rolled in %v, order %v, primary %s -> %s; "+
+		"writes failed for %v (target <= 2s), by kind %v; acknowledged writes lost: %d of %d",
+		r.took.Round(100*time.Millisecond), r.order, r.before.Name, r.after.Name, failed.Round(10*time.Millisecond), kinds, len(lost), len(w.acked))
+	if failed > 2*time.Second {
+		t.Errorf("writes failed for %v during the migration; target <= 2s", failed)
+	}
+	if len(lost) != 0 {
+		t.Errorf("%d acknowledged writes lost in the migration (first %v)", len(lost), lost[:min(5, len(lost))])
+	}
+	checkDataSurvived(t, c, ns, "m", before)
+
+	// Back to redis: refused, whatever the version, and the cache is left as it is.
+	_, err := c.Kubectl(context.Background(), "patch", "managedcaches.v2.cache.example.com", "m", "-n", ns, "--type=merge", "-p", `{"spec":{"engine":{"name":"redis","version":"8.0"}}}`)
+	wantRejected(t, "valkey 8.1 -> redis 8.0", err, "spec.engine: changing from valkey 8.1 to redis 8.0 would lose the data: redis cannot load data written by valkey")
+	t.Logf("valkey 8.1 -> redis 8.0 refused: %v", err)
+}
+
