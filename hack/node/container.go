@@ -230,12 +230,17 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 			}
 			continue
 		}
+		root, ok := r.pull(c, image)
+		if !ok {
+			return 0, false
+		}
 		env, err = r.containerEnv(c.spec)
 		if err == nil {
 			args, err = commandLine(c.spec, image, env)
 		}
 		if err == nil {
 			spec, err = r.bundleInput(c, image, args, env)
+			spec.root = root
 		}
 		if err != nil {
 			if !r.waiting(c, "CreateContainerConfigError", err.Error(), 5*time.Second) {
@@ -340,7 +345,7 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 	if c.state.Terminated != nil {
 		c.lastState = corev1.ContainerState{Terminated: c.state.Terminated}
 	}
-	c.imageID = "node-agent://" + image.Repository
+	c.imageID = imageID(image, spec.root)
 	c.cur = a
 	c.lastAttempt = a.number
 	if execd {

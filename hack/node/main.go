@@ -41,7 +41,11 @@ import (
 const RealNodeLabel = "cache.example.com/node"
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "build-images" {
+		os.Exit(buildImages(os.Args[2:]))
+	}
 	var cfg Config
+	cfg.Roots = &RootStore{}
 	var kubeconfig, listen, clientCA, zone, podCIDR string
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster")
 	flag.StringVar(&cfg.NodeName, "node-name", "", "name of the Node to register")
@@ -56,7 +60,9 @@ func main() {
 	flag.StringVar(&cfg.StateDir, "state-dir", "", "folder for this node's pods, logs and runc state")
 	flag.StringVar(&cfg.VolumeRoot, "volume-root", "", "the local provisioner's folder: PersistentVolume folders under it are created and given to the pod's fsGroup; any other is mounted as it is")
 	flag.StringVar(&cfg.Runc, "runc", "/usr/sbin/runc", "runc binary")
-	flag.StringVar(&cfg.ImagesFile, "images", "", "image table (YAML): image repository -> program on this machine")
+	flag.StringVar(&cfg.ImagesFile, "images", "", "image table (YAML): each image's root filesystem or programs")
+	flag.StringVar(&cfg.Roots.Dir, "image-store", DefaultRootStoreDir(), "folder of the images' root filesystems, built at the first pull (shared by every node and cluster)")
+	flag.StringVar(&cfg.Roots.Mirror, "debian-mirror", DefaultMirror, "Debian registry the images' roots are built from")
 	flag.StringVar(&cfg.CgroupParent, "cgroup-parent", "", "cgroup path under which containers run (default /cache-nodes/<node-name>)")
 	flag.DurationVar(&cfg.MaxBackoff, "max-container-restart-period", DefaultMaxBackoff,
 		"longest CrashLoopBackOff delay between restarts of a failed container (the kubelet's crashLoopBackOff.maxContainerRestartPeriod)")

@@ -47,6 +47,7 @@ type Config struct {
 	Services   corev1listers.ServiceLister
 	Node       *corev1.Node
 	Images     *ImageTable
+	Roots      *RootStore
 	IPAM       *IPAM
 }
 

@@ -19,10 +19,10 @@ var defaultCapabilities = []string{
 	"CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
 
-// hostEtc is where the host's /etc is bound, read-only, in every container. The container's own
-// /etc is a folder of the bundle holding a link to each entry there, so that volumes can be
-// mounted under /etc (as an image's writable /etc allows) and the pod's hosts, resolv.conf and
-// hostname replace the host's.
+// hostEtc is where the image's /etc (its built root's, or this machine's for the host root) is
+// bound, read-only, in every container. The container's own /etc is a folder of the bundle
+// holding a link to each entry there, so that volumes can be mounted under /etc (as an image's
+// writable /etc allows) and the pod's hosts, resolv.conf and hostname replace the image's.
 const hostEtc = "/.host-etc"
 
 // rootLinks are the merged-/usr symlinks of a Debian root.
@@ -120,6 +120,7 @@ type bundleInput struct {
 	pod        *corev1.Pod
 	container  *corev1.Container
 	image      *Image
+	root       *Root // the image's built root; nil for the scratch and host roots
 	args       []string
 	env        []string
 	hostname   string
@@ -130,7 +131,8 @@ type bundleInput struct {
 }
 
 // buildSpec writes the OCI bundle of one container attempt (config.json and an empty root with
-// mount points) into dir.
+// mount points) into dir. The image's root is bound into it read-only: its /usr (and so, through
+// the merged-/usr links, /bin and /lib) and its /etc.
 func buildSpec(dir string, in bundleInput) (*specs.Spec, error) {
 	c := in.container
 	id, err := resolveIdentity(in.pod, c)
@@ -148,7 +150,15 @@ func buildSpec(dir string, in bundleInput) (*specs.Spec, error) {
 			return nil, err
 		}
 	}
-	if err := populateEtc(filepath.Join(rootfs, "etc"), in.mounts); err != nil {
+	// The image's /usr and /etc: its built root's, this machine's (host), or none (scratch).
+	usrSource, etcSource := "", ""
+	switch {
+	case in.root != nil:
+		usrSource, etcSource = filepath.Join(in.root.Path, "usr"), filepath.Join(in.root.Path, "etc")
+	case in.image.Root == RootHost:
+		usrSource, etcSource = "/usr", "/etc"
+	}
+	if err := populateEtc(filepath.Join(rootfs, "etc"), etcSource, in.mounts); err != nil {
 		return nil, err
 	}
 	readOnlyRoot := c.SecurityContext != nil && c.SecurityContext.ReadOnlyRootFilesystem != nil && *c.SecurityContext.ReadOnlyRootFilesystem
@@ -203,9 +213,11 @@ func buildSpec(dir string, in bundleInput) (*specs.Spec, error) {
 			Resources: resources(c),
 		},
 	}
-	s.Mounts = append(s.Mounts,
-		specs.Mount{Destination: "/usr", Type: "bind", Source: "/usr", Options: []string{"rbind", "ro", "nosuid", "nodev"}},
-		specs.Mount{Destination: hostEtc, Type: "bind", Source: "/etc", Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
+	if usrSource != "" {
+		s.Mounts = append(s.Mounts,
+			specs.Mount{Destination: "/usr", Type: "bind", Source: usrSource, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+			specs.Mount{Destination: hostEtc, Type: "bind", Source: etcSource, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
+	}
 	// The image's programs: a folder over /usr/local/bin with one bound file per program.
 	if len(in.image.Programs) > 0 {
 		binDir := filepath.Join(dir, "image-bin")
@@ -239,18 +251,22 @@ func buildSpec(dir string, in bundleInput) (*specs.Spec, error) {
 	return s, nil
 }
 
-// populateEtc fills the container's /etc with links into the host's, except the files the pod
-// provides and the top-level folders that volumes are mounted into, which are real folders.
-func populateEtc(etc string, mounts []mountSpec) error {
+// populateEtc fills the container's /etc with links to the entries of the image's (src, bound at
+// hostEtc; "": none), except the files the pod provides and the top-level folders that volumes
+// are mounted into, which are real folders.
+func populateEtc(etc, src string, mounts []mountSpec) error {
 	own := map[string]bool{"hosts": true, "resolv.conf": true, "hostname": true}
 	for _, m := range mounts {
 		if rest, ok := strings.CutPrefix(filepath.Clean(m.destination), "/etc/"); ok {
 			own[strings.SplitN(rest, "/", 2)[0]] = true
 		}
 	}
-	entries, err := os.ReadDir("/etc")
-	if err != nil {
-		return err
+	var entries []os.DirEntry
+	if src != "" {
+		var err error
+		if entries, err = os.ReadDir(src); err != nil {
+			return err
+		}
 	}
 	for _, e := range entries {
 		if own[e.Name()] {
