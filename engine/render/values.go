@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/support"
 )
 
 // Values is everything a template sees.
@@ -181,9 +182,10 @@ const DefaultOperatorImage = "cache-operator"
 // ImageRepositories maps an engine name to its image repository.
 type ImageRepositories map[string]string
 
-// DefaultImageRepositories are the repositories of the engines when no flag says otherwise.
+// DefaultImageRepositories are the repositories of the engines when no flag says otherwise: the
+// support matrix's.
 func DefaultImageRepositories() ImageRepositories {
-	return ImageRepositories{"redis": "redis", "valkey": "valkey/valkey"}
+	return ImageRepositories(support.Repositories())
 }
 
 // NewValues builds the template values of a cache.
