@@ -36,11 +36,8 @@ var (
 func TestMain(m *testing.M) {
 	if os.Getenv("CACHE_E2E") == "1" {
 		// The real nodes run image cache-operator from bin/cache-operator (hack/node/images.yaml).
-		root := framework.RepoRoot()
-		build := exec.Command("go", "build", "-o", filepath.Join(root, "bin", "cache-operator"), ".")
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building the operator: %v\n%s", err, out)
+		if _, err := framework.BuildOperator(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 	}

@@ -42,11 +42,9 @@ var (
 func TestMain(m *testing.M) {
 	if os.Getenv("CACHE_E2E") == "1" {
 		root := framework.RepoRoot()
-		binary = filepath.Join(root, "bin", "cache-operator")
-		build := exec.Command("go", "build", "-o", binary, ".")
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building the operator: %v\n%s", err, out)
+		var err error
+		if binary, err = framework.BuildOperator(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 		kubectl := exec.Command(filepath.Join(root, "bin", "cluster", "kubectl"), "--kubeconfig",

@@ -192,4 +192,3 @@ func TestRollRedis70ToValkey81(t *testing.T) {
 	wantRejected(t, "valkey 8.1 -> redis 8.0", err, "spec.engine: changing from valkey 8.1 to redis 8.0 would lose the data: redis cannot load data written by valkey")
 	t.Logf("valkey 8.1 -> redis 8.0 refused: %v", err)
 }
-
