@@ -28,7 +28,7 @@ func setStoreSecret(t *testing.T, c *framework.Cluster, ns, cache, secret string
 
 // Bad input gets a clear condition, a Warning Event, and loses nothing: the cache keeps serving.
 // A missing Secret, one without a bucket, an unreachable endpoint, a bucket that does not exist;
-// a schedule that does not parse is refused at kubectl apply; a backup from a newer major version
+// a schedule that does not parse is refused at kubectl apply; a backup in a newer snapshot format
 // is refused as a restore source.
 func TestBackupBadInput(t *testing.T) {
 	c := framework.Setup(t)
@@ -87,7 +87,7 @@ func TestBackupBadInput(t *testing.T) {
 		t.Logf("schedule %q refused: %v", sched, err)
 	}
 
-	// A backup from a newer major version than the cache is refused as a restore source.
+	// A backup in a newer snapshot format than the cache reads is refused as a restore source.
 	createBackup(t, c, ns, "b", "bi")
 	st := waitBackup(t, c, ns, "b", 3*time.Minute)
 	if st.Phase != "Completed" {
@@ -114,10 +114,10 @@ func TestBackupBadInput(t *testing.T) {
 		"restore": map[string]interface{}{"store": map[string]interface{}{"secretName": "store"}, "path": newer},
 	}))
 	msg = waitCondition(t, c, ns, "older", "Ready", "False", "RestoreFailed", 2*time.Minute)
-	if !strings.Contains(msg, "newer major version") {
+	if !strings.Contains(msg, "the backup comes from redis 8.0.2 and this cache runs redis 7.0: redis 7.0 reads snapshot formats up to 10 and the data is in format 12") {
 		t.Errorf("a restore from 8.0 into 7.0: %s", msg)
 	}
-	t.Logf("backup from a newer major version: %s", msg)
+	t.Logf("backup from a newer snapshot format: %s", msg)
 	waitEvent(t, c, ns, "older", "Warning", "RestoreFailed", 30*time.Second)
 }
 

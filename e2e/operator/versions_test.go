@@ -192,3 +192,67 @@ func TestRollRedis70ToValkey81(t *testing.T) {
 	wantRejected(t, "valkey 8.1 -> redis 8.0", err, "spec.engine: changing from valkey 8.1 to redis 8.0 would lose the data: redis cannot load data written by valkey")
 	t.Logf("valkey 8.1 -> redis 8.0 refused: %v", err)
 }
+
+// TestDowngradeWithDataLossAllowed: redis 8.0 -> 7.0 is refused (the data is in a format 7.0
+// cannot read) until the cache carries cache.example.com/allow-data-loss=true; then every member
+// restarts at once on 7.0 and starts empty, the loss is reported (Event DataDiscarded with the key
+// count, cache_operator_data_reset_keys_total), and the cache is Ready and writable on 7.0.
+func TestDowngradeWithDataLossAllowed(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	metricsAddr := freeAddr(t)
+	startOperator(t, c, "--metrics-bind-address="+metricsAddr)
+	ns := c.RealNamespace(t, "downgrade")
+	deleteCachesOnCleanup(t, c, ns)
+	dumpMembersOnFailure(t, c, ns, "d")
+	createCacheV2(t, c, ns, "d", map[string]interface{}{"replicas": int64(3),
+		"engine": map[string]interface{}{"name": "redis", "version": "8.0"}, "storage": map[string]interface{}{"size": "1Gi"}})
+	primary := waitWhole(t, c, ns, "d", 3, 3*time.Minute)
+	wantServers(t, serverOf(t, c, ns, "d"), "redis", "8.0.", "before")
+	before := fillAndFingerprint(t, c, ns, "d", primary.Name)
+
+	patch := `{"spec":{"engine":{"version":"7.0"}}}`
+	_, err := c.Kubectl(ctx, "patch", "managedcaches.v2.cache.example.com", "d", "-n", ns, "--type=merge", "-p", patch)
+	wantRejected(t, "redis 8.0 -> 7.0 without the annotation", err, `to accept losing every key, annotate the ManagedCache with cache.example.com/allow-data-loss="true" first`)
+	if _, err := c.Kubectl(ctx, "annotate", "managedcache", "d", "-n", ns, "cache.example.com/allow-data-loss=true"); err != nil {
+		t.Fatal(err)
+	}
+	uids := map[string]types.UID{}
+	for _, p := range memberPods(t, c, ns, "d") {
+		uids[p.Name] = p.UID
+	}
+	start := time.Now()
+	if _, err := c.Kubectl(ctx, "patch", "managedcaches.v2.cache.example.com", "d", "-n", ns, "--type=merge", "-p", patch); err != nil {
+		t.Fatalf("redis 8.0 -> 7.0 with the annotation: %v", err)
+	}
+	framework.Eventually(t, 3*time.Minute, "every member made anew", func() (bool, string, error) {
+		var left []string
+		for _, p := range memberPods(t, c, ns, "d") {
+			if p.UID == uids[p.Name] {
+				left = append(left, p.Name)
+			}
+		}
+		return len(left) == 0, fmt.Sprintf("members not made anew yet: %v", left), nil
+	})
+	after := waitWhole(t, c, ns, "d", 3, 3*time.Minute)
+	took := time.Since(start)
+	wantServers(t, serverOf(t, c, ns, "d"), "redis", "7.0.", "after")
+	for _, p := range memberPods(t, c, ns, "d") {
+		if f := fingerprint(t, memberClient(t, c, ns, "d", p.Name)); f.Keys != 0 {
+			t.Errorf("%s holds %v after the reset; want it empty", p.Name, f)
+		}
+	}
+	msg := waitEvent(t, c, ns, "d", "Warning", "DataDiscarded", 30*time.Second)
+	if !strings.Contains(msg, fmt.Sprintf("%d keys at the last poll are discarded", before.Keys)) || !strings.Contains(msg, "redis 8.0 to redis 7.0") {
+		t.Errorf("DataDiscarded: %q; want the change and the %d keys", msg, before.Keys)
+	}
+	if n := value(scrape(t, metricsAddr), "cache_operator_data_reset_keys_total", nil); n != float64(before.Keys) {
+		t.Errorf("cache_operator_data_reset_keys_total = %v, want %d", n, before.Keys)
+	}
+	cl := memberClient(t, c, ns, "d", after.Name)
+	if err := cl.Set(ctx, "after-the-reset", "1", 0).Err(); err != nil {
+		t.Errorf("a write to the new primary %s: %v", after.Name, err)
+	}
+	t.Logf("redis 8.0 -> 7.0 with allow-data-loss: every member made anew and the cache whole on 7.0 in %v, primary %s; %d keys discarded, reported: %s",
+		took.Round(100*time.Millisecond), after.Name, before.Keys, msg)
+}

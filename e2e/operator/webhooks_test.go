@@ -66,6 +66,10 @@ func TestAdmissionRulesThroughTheAPIServer(t *testing.T) {
 	// Versions the operator cannot run: refused by the CRD's rule, without the webhook.
 	_, err = c.Kubectl(ctx, "patch", "managedcaches.v2.cache.example.com", "guarded", "-n", ns, "--type=merge", "-p", `{"spec":{"engine":{"version":"6.2"}}}`)
 	wantRejected(t, "v2 patch version 8.0 -> 6.2", err, "unsupported engine and version; supported: redis 7.0, 7.2, 8.0; valkey 8.0, 8.1")
+	_, err = c.Kubectl(ctx, "patch", "managedcaches.v2.cache.example.com", "guarded", "-n", ns, "--type=merge", "-p", `{"spec":{"engine":{"name":"valkey"}}}`)
+	wantRejected(t, "v2 patch redis 8.0 -> valkey 8.0 (the engine alone)", err, denied+"spec.engine: changing from redis 8.0 to valkey 8.0 would lose the data")
+	_, err = applyYAML(ctx, c, v1Doc(ns, "redis81", 1, "8.1"))
+	wantRejected(t, "kubectl apply v1 (redis) version 8.1", err, denied+"spec.version: redis 8.1 is not supported; supported: redis 7.0, 7.2, 8.0; valkey 8.0, 8.1")
 	_, err = applyYAML(ctx, c, v1Doc(ns, "other", 1, "6.2"))
 	wantRejected(t, "kubectl apply v1 version 6.2", err, `spec.version: Unsupported value: "6.2": supported values: "7.0", "7.2", "8.0", "8.1"`)
 

@@ -6,7 +6,9 @@
 //     unless the object carries the annotation cache.example.com/allow-quorum-loss: "true".
 //   - The data must survive a version or engine change (engine/support): a downgrade across a
 //     snapshot format change, or an engine the target cannot load (valkey to redis, redis 8 to
-//     valkey), is rejected, as is a pair the support matrix does not list.
+//     valkey), is rejected unless the object carries the annotation
+//     cache.example.com/allow-data-loss: "true" (every member then restarts empty); a pair the
+//     support matrix does not list is rejected in any case.
 //
 // It is not for schema validation (the CRD does that at once, without the operator running).
 package admission
@@ -14,6 +16,7 @@ package admission
 import (
 	"fmt"
 
+	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/support"
 )
 
@@ -62,10 +65,12 @@ func Validate(c Change) error {
 	if c.OldVersion == "" {
 		return nil
 	}
-	if why := support.ChangeRefusal(oldEngine, c.OldVersion, newEngine, c.NewVersion); why != "" {
+	if why := support.ChangeRefusal(oldEngine, c.OldVersion, newEngine, c.NewVersion); why != "" && c.Annotations[api.AllowDataLossAnnotation] != "true" {
 		return fmt.Errorf("%s: changing from %s %s to %s %s would lose the data: %s; keep %s %s, or create a new cache "+
-			"of %s %s and move the data (a backup restores only into a version that can load it)",
-			c.VersionField, oldEngine, c.OldVersion, newEngine, c.NewVersion, why, oldEngine, c.OldVersion, newEngine, c.NewVersion)
+			"of %s %s and move the data (a backup restores only into a version that can load it); to accept losing every "+
+			"key, annotate the ManagedCache with %s=\"true\" first (every member then restarts empty on %s %s)",
+			c.VersionField, oldEngine, c.OldVersion, newEngine, c.NewVersion, why, oldEngine, c.OldVersion, newEngine, c.NewVersion,
+			api.AllowDataLossAnnotation, newEngine, c.NewVersion)
 	}
 	return nil
 }

@@ -44,7 +44,10 @@ func TestValidateTable(t *testing.T) {
 		{"from a version before the matrix, up", 3, 3, "7.4", "8.0", nil, "", "", ""},
 		{"upgrade", 3, 3, "7.0", "8.0", nil, "", "", ""},
 		{"minor upgrade", 3, 3, "7.0", "7.2", nil, "", "", ""},
-		{"the override does not cover downgrades", 3, 3, "8.0", "7.0", allow, "would lose the data", "", ""},
+		{"the quorum override does not cover downgrades", 3, 3, "8.0", "7.0", allow, "would lose the data", "", ""},
+		{"the data-loss override lets a downgrade through", 3, 3, "8.0", "7.0", map[string]string{"cache.example.com/allow-data-loss": "true"}, "", "", ""},
+		{"the data-loss override must say true", 3, 3, "8.0", "7.0", map[string]string{"cache.example.com/allow-data-loss": "yes"}, `annotate the ManagedCache with cache.example.com/allow-data-loss="true" first`, "", ""},
+		{"the data-loss override does not make a version supported", 3, 3, "8.0", "6.2", map[string]string{"cache.example.com/allow-data-loss": "true"}, "redis 6.2 is not supported", "", ""},
 		{"redis 7.0 to valkey 8.1 migrates", 3, 3, "7.0", "8.1", nil, "", "redis", "valkey"},
 		{"redis 7.2 to valkey 8.0 migrates", 3, 3, "7.2", "8.0", nil, "", "", "valkey"},
 		{"redis 8.0 to valkey 8.1 cannot load", 3, 3, "8.0", "8.1", nil, "valkey reads redis data up to redis 7.2's snapshot format (11) and the data is in format 12", "redis", "valkey"},
@@ -109,6 +112,8 @@ func TestHandlerObjectsAndScale(t *testing.T) {
 		{"scale quorum", admissionv1.AdmissionRequest{Namespace: "shop", Name: "s", SubResource: "scale", Operation: admissionv1.Update, OldObject: scale(3), Object: scale(1)}, "scaling from 3 to 1"},
 		{"scale override from the cache", admissionv1.AdmissionRequest{Namespace: "shop", Name: "allowed", SubResource: "scale", Operation: admissionv1.Update, OldObject: scale(3), Object: scale(1)}, ""},
 		{"scale 3 to 2", admissionv1.AdmissionRequest{Namespace: "shop", Name: "s", SubResource: "scale", Operation: admissionv1.Update, OldObject: scale(3), Object: scale(2)}, ""},
+		{"v1 create of an unsupported pair", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create, Object: v1(3, "8.1", "")}, "spec.version: redis 8.1 is not supported; supported: redis 7.0, 7.2, 8.0; valkey 8.0, 8.1"},
+		{"v1 create of a supported pair", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create, Object: v1(3, "8.0", "")}, ""},
 		{"garbage", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: runtime.RawExtension{Raw: []byte(`{}`)}, Object: runtime.RawExtension{Raw: []byte(`[]`)}}, "decoding"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

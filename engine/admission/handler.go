@@ -58,6 +58,20 @@ func Handler(lookup AnnotationsLookup) http.Handler {
 
 // changeOf reads the old and new member count and version of an update.
 func changeOf(ctx context.Context, req *admissionv1.AdmissionRequest, lookup AnnotationsLookup) (Change, error) {
+	if req.Operation == admissionv1.Create && req.SubResource == "" {
+		// A create: only the engine and version pair is judged (the support matrix).
+		newObj, err := asV2(req.Object.Raw)
+		if err != nil {
+			return Change{}, fmt.Errorf("decoding the object: %w", err)
+		}
+		c := Change{VersionField: "spec.engine"}
+		if req.Kind.Version == "v1" {
+			c.VersionField = "spec.version"
+		}
+		c.NewVersion, _, _ = unstructured.NestedString(newObj.Object, "spec", "engine", "version")
+		c.NewEngine, _, _ = unstructured.NestedString(newObj.Object, "spec", "engine", "name")
+		return c, nil
+	}
 	if req.Operation != admissionv1.Update {
 		return Change{}, nil // nothing to compare
 	}

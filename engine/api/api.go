@@ -10,6 +10,7 @@ package api
 
 import (
 	"fmt"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -122,6 +123,28 @@ func CAConfigMapName(cacheName string) string { return cacheName + "-ca" }
 
 // CAKey is the key of the CA bundle in the TLS Secret and in the CA ConfigMap.
 const CAKey = "ca.crt"
+
+// LabelServer is on every member's pod (from the pod template): the server it runs,
+// "<engine>-<version>" (redis-8.0), so that a member pass knows which data a member on an older
+// revision holds.
+const LabelServer = "cache.example.com/server"
+
+// ServerLabelValue is the value of LabelServer for engine and version.
+func ServerLabelValue(engine, version string) string { return engine + "-" + version }
+
+// ParseServerLabel reads a LabelServer value.
+func ParseServerLabel(v string) (engine, version string, ok bool) {
+	engine, version, ok = strings.Cut(v, "-")
+	return engine, version, ok && engine != "" && version != ""
+}
+
+// AllowDataLossAnnotation, "true", lets a version or engine change that the data cannot survive
+// through (the webhook refuses it otherwise): every member restarts at once on the new version
+// and discards the data it cannot read, and the loss is reported (Event DataDiscarded, a metric).
+const AllowDataLossAnnotation = "cache.example.com/allow-data-loss"
+
+// AllowDataLossKey is the ConfigMap's key that says so to the members' start ("true" or "false").
+const AllowDataLossKey = "allow-data-loss"
 
 // LabelTLS ("true") is on the pods of a member that serves TLS only (from the pod template), so
 // that the operator dials it with TLS.

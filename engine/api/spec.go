@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"example.com/cache-operator/crd"
-	"example.com/cache-operator/engine/support"
 )
 
 // Spec is a ManagedCache's spec (API v2, the operator's hub version) after defaulting and
@@ -246,8 +245,6 @@ func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
 		return s, fmt.Errorf("spec.engine.name: must be redis or valkey, got %q", s.Engine.Name)
 	case !versionPattern.MatchString(s.Engine.Version):
 		return s, fmt.Errorf("spec.engine.version: must look like MAJOR.MINOR (e.g. \"8.0\"), got %q", s.Engine.Version)
-	case support.Unsupported(s.Engine.Name, s.Engine.Version) != nil:
-		return s, fmt.Errorf("spec.engine: %w", support.Unsupported(s.Engine.Name, s.Engine.Version))
 	case sizeErr != nil:
 		return s, fmt.Errorf("spec.storage.size: not a quantity: %q", s.Storage.Size)
 	case size.Cmp(minStorage) < 0:

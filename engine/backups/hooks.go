@@ -117,7 +117,7 @@ func (c *Controller) Cleanup(ctx context.Context, mc *unstructured.Unstructured)
 
 // ResolveRestore resolves a new cache's spec.restore: the object, its checksum and size, and
 // the version it came from, read from the ManagedCacheBackup's status or from the manifest beside
-// the object in the bucket. A backup the cache cannot load (a newer major version) is refused: the
+// the object in the bucket. A backup the cache cannot load (by the support matrix: a newer snapshot format, another engine) is refused: the
 // result carries the reason, and the first member's init container fails with it. An error means
 // the source is not known yet (a backup still running, a store unreachable): retried.
 func (c *Controller) ResolveRestore(ctx context.Context, mc *unstructured.Unstructured, spec api.Spec) (*api.RestoreStatus, error) {

@@ -121,6 +121,25 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 		}
 		acted = true
 	}
+	if len(act.DeleteAll) > 0 {
+		var keys int64
+		for _, m := range members {
+			if m.Observed {
+				keys = max(keys, m.Repl.Keys)
+			}
+		}
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, "DataDiscarded",
+			"%s (the annotation %s allows the loss): %v deleted at once, with no handover; they start empty on the new version. %d keys at the last poll are discarded",
+			act.DegradedMessage, api.AllowDataLossAnnotation, act.DeleteAll, keys)
+		metrics.DataReset(keys)
+		logger.Info("Restarting every member at once: the data cannot survive the version change", "members", act.DeleteAll, "keys", keys, "why", act.DegradedMessage)
+		for _, name := range act.DeleteAll {
+			if err := c.deletePodWithin(ctx, mc.GetNamespace(), byName[name], 1); err != nil {
+				return acted, err
+			}
+		}
+		return true, nil
+	}
 	if act.Delete != "" {
 		m := byName[act.Delete]
 		logger.Info("Restarting a member on the new revision", "member", m.Name)
@@ -285,7 +304,17 @@ func (c *Controller) patchLabels(ctx context.Context, ns string, m roles.Member,
 // deletePod deletes a member's pod to roll it; the StatefulSet makes it anew on the new revision.
 // The UID precondition keeps a second pass from deleting the pod made anew.
 func (c *Controller) deletePod(ctx context.Context, ns string, m roles.Member) error {
-	err := c.client.Resource(informers.Pods).Namespace(ns).Delete(ctx, m.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &m.UID}})
+	return c.deletePodWithin(ctx, ns, m, -1)
+}
+
+// deletePodWithin is deletePod with a grace period of grace seconds (-1: the pod's own): a reset
+// gives the members 1 s, since their data is discarded and no handover is waited for.
+func (c *Controller) deletePodWithin(ctx context.Context, ns string, m roles.Member, grace int64) error {
+	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &m.UID}}
+	if grace >= 0 {
+		opts.GracePeriodSeconds = &grace
+	}
+	err := c.client.Resource(informers.Pods).Namespace(ns).Delete(ctx, m.Name, opts)
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("Pod/%s/%s: deleting to roll it: %w", ns, m.Name, err)
 	}

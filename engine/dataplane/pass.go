@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sort"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"example.com/cache-operator/engine/member"
 	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/roles"
+	"example.com/cache-operator/engine/support"
 )
 
 // syncMembers is one member pass of a cache: it reads the members' pods and servers, decides the
@@ -113,6 +115,9 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	if rs := api.RestoreStatusOf(mc); spec.Restore != nil && (rs == nil || rs.Phase != api.RestoreCompleted) {
 		v.RestoreFrom = api.RestoreMember(mc.GetName())
 	}
+	if mc.GetAnnotations()[api.AllowDataLossAnnotation] == "true" {
+		v.Reset = resetReason(members, updateRevision, spec)
+	}
 	act := roles.Decide(v, mem.lastPrimaryOffset)
 	logger.V(3).Info("Member pass decided", "primary", act.Primary, "degraded", act.Degraded, "why", act.DegradedMessage,
 		"promote", act.Promote, "switchTo", act.SwitchTo, "follow", act.Follow, "labels", act.Labels, "delete", act.Delete)
@@ -166,7 +171,7 @@ func (c *Controller) memberPods(ns, name string) []roles.Member {
 		m := roles.Member{
 			Name: p.Name, UID: p.UID, Ordinal: ord, IP: p.IP, Label: p.Labels[api.LabelRole], ReadWrite: p.Labels[api.LabelReadWrite] == "true",
 			TLS:      p.Labels[api.LabelTLS] == "true",
-			Deleting: p.DeletionTimestamp != nil, Revision: p.Labels["controller-revision-hash"],
+			Deleting: p.DeletionTimestamp != nil, Revision: p.Labels["controller-revision-hash"], Server: p.Labels[api.LabelServer],
 			Stopped: !p.Running && p.IP != "", PodReady: p.Ready,
 		}
 		c.store.overlay(ns+"/"+m.Name, m.UID, &m)
@@ -271,4 +276,22 @@ func unreachableSince(mc *unstructured.Unstructured) (time.Time, bool) {
 		return t.Add(time.Second), true
 	}
 	return time.Time{}, false
+}
+
+// resetReason says why the members on another revision than the update's hold data the spec's
+// server cannot load (the support matrix), or "": a roll that cannot keep the data.
+func resetReason(members []roles.Member, updateRevision string, spec api.Spec) string {
+	for _, m := range members {
+		if m.Revision == updateRevision || m.Server == "" {
+			continue
+		}
+		engine, version, ok := api.ParseServerLabel(m.Server)
+		if !ok {
+			continue
+		}
+		if why := support.ChangeRefusal(engine, version, spec.Engine.Name, spec.Engine.Version); why != "" {
+			return fmt.Sprintf("%s %s to %s %s: %s", engine, version, spec.Engine.Name, spec.Engine.Version, why)
+		}
+	}
+	return ""
 }

@@ -192,10 +192,24 @@ var (
 		Name: "cache_operator_writes_discarded_unmeasured_total",
 		Help: "Deposed primaries that rejoined as replicas from a replication history the primary does not continue: what they acknowledged apart could not be measured.",
 	})
+	dataResets = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cache_operator_data_resets_total",
+		Help: "Version changes the data could not survive, let through by cache.example.com/allow-data-loss: every member restarted empty (the Events DataDiscarded name the cache).",
+	})
+	dataResetKeys = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cache_operator_data_reset_keys_total",
+		Help: "Keys the caches held (the most any member reported at the last poll) when a reset discarded their data.",
+	})
 )
 
+// DataReset records a reset that discarded a cache's data, which held keys keys.
+func DataReset(keys int64) {
+	dataResets.Inc()
+	dataResetKeys.Add(float64(keys))
+}
+
 func init() {
-	Registry.MustRegister(memberPolls, failovers, failoverDuration, liveSettings, writesDiscarded, writesDiscardedUnmeasured)
+	Registry.MustRegister(memberPolls, failovers, failoverDuration, liveSettings, writesDiscarded, writesDiscardedUnmeasured, dataResets, dataResetKeys)
 }
 
 // WritesDiscarded records bytes of writes a deposed primary took that the primary never had.

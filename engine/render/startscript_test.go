@@ -98,3 +98,90 @@ func TestRestoreStartScript(t *testing.T) {
 		})
 	}
 }
+
+// memberScript renders the member container's start script of the cache in input, with its
+// ConfigMap's allow-data-loss key when annotated.
+func memberScript(t *testing.T, input string, annotations map[string]string) string {
+	t.Helper()
+	r := mustRenderer(t)
+	mc := readCache(t, input)
+	mc.SetAnnotations(annotations)
+	spec, _ := api.SpecFrom(mc)
+	objs, err := r.Children(mc, spec, testConfig, SimpleAuth(goldenPassword))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts := findChild(t, objs, "StatefulSet", mc.GetName())
+	containers, _, _ := unstructured.NestedSlice(sts.Object, "spec", "template", "spec", "containers")
+	for _, c := range containers {
+		c := c.(map[string]interface{})
+		if c["name"] == "redis" {
+			cmd, _ := c["command"].([]interface{})
+			s, _ := cmd[len(cmd)-1].(string)
+			return s
+		}
+	}
+	t.Fatal("no redis container")
+	return ""
+}
+
+// A member whose volume holds data in a newer snapshot format than its server reads (a downgrade
+// across a format change) does not start and keeps the data, unless the cache allows the loss:
+// then the data is discarded and the member starts empty. Data it reads starts as always.
+func TestStartScriptDataFormat(t *testing.T) {
+	script := memberScript(t, "../../testdata/render/size-5-noeviction.input.yaml", nil) // redis 7.0: reads up to 10
+	if !strings.Contains(script, "-gt 10 ]") {
+		t.Fatalf("the start script of a redis 7.0 cache does not compare with format 10:\n%s", script)
+	}
+	hex := strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		name, header, allowed string
+		starts, kept          bool
+	}{
+		{"format 12, redis 8.0's, into 7.0: refused, kept", "REDIS0012", "", false, true},
+		{"format 12 into 7.0, the loss allowed: discarded", "REDIS0012", "true", true, false},
+		{"format 10: loads", "REDIS0010", "", true, true},
+		{"format 9: loads", "REDIS0009", "true", true, true},
+		{"not a snapshot header: left to the server", "garbage!!", "", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			data, bin, conf, got := filepath.Join(dir, "data"), filepath.Join(dir, "bin"), filepath.Join(dir, "redis.conf"), filepath.Join(dir, "given.conf")
+			for _, d := range []string{filepath.Join(data, "appendonlydir"), bin} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			base := filepath.Join(data, "appendonlydir", "appendonly.aof.1.base.rdb")
+			for path, body := range map[string]string{base: tc.header + "rest of the snapshot", filepath.Join(data, "appendonlydir", "appendonly.aof.manifest"): "m",
+				filepath.Join(bin, "redis-server"): "#!/bin/sh\ncp \"$1\" " + got + "\n"} {
+				if err := os.WriteFile(path, []byte(body), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := strings.ReplaceAll(strings.ReplaceAll(script, "/tmp/redis.conf", conf), "/data", data)
+			cmd := exec.Command("sh", "-c", s)
+			cmd.Env = []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "POD_NAME=queue-1", "POD_ROLE=" + api.RolePrimary,
+				"PRIMARY_HOST=queue-rw.shop.svc.cluster.local", "PASSWORD_SHA256=" + hex, "INTERNAL_PASSWORD=" + hex, "DATA_LOSS_ALLOWED=" + tc.allowed,
+				"REDIS_CONFIG=appendonly yes", "REDIS_LIVE_CONFIG=maxmemory 1", "REDIS_USERS=default ~* +@all\ninternal -@all +ping"}
+			out, err := cmd.CombinedOutput()
+			_, statErr := os.Stat(got)
+			if started := err == nil && statErr == nil; started != tc.starts {
+				t.Errorf("started: %v (%v); want %v\n%s", started, err, tc.starts, out)
+			}
+			_, baseErr := os.Stat(base)
+			if kept := baseErr == nil; kept != tc.kept {
+				t.Errorf("data kept: %v; want %v\n%s", kept, tc.kept, out)
+			}
+			if !tc.starts && !strings.Contains(string(out), "snapshot format 0012 and redis-7.0 reads up to 10; not starting") {
+				t.Errorf("the refusal does not say why:\n%s", out)
+			}
+			if tc.starts && !tc.kept {
+				b, _ := os.ReadFile(got)
+				if !strings.Contains(string(b), "\nreplicaof ") {
+					t.Errorf("a member that discarded its data started as the primary:\n%s", b)
+				}
+			}
+		})
+	}
+}

@@ -26,6 +26,17 @@ type Values struct {
 	Port int
 	// RoleLabel is the label key of a member's role; RolePrimary and RoleReplica its values.
 	RoleLabel, RolePrimary, RoleReplica string
+	// ServerLabel is the label key of the server a member runs, ServerValue its value.
+	ServerLabel, ServerValue string
+	// SnapshotFormat is the newest snapshot (RDB) format the server reads, from the support
+	// matrix (0: not in it): a member's start discards, or refuses, data in a newer one.
+	SnapshotFormat int
+	// DataLoss is the ConfigMap's key that lets a member's start discard data its server cannot
+	// read, and whether the cache allows it (the annotation cache.example.com/allow-data-loss).
+	DataLoss struct {
+		Key     string
+		Allowed bool
+	}
 	// ReadWriteLabel is the label key ("true") of the member the read-write Service leads to.
 	ReadWriteLabel string
 	// ReadWriteService and ReadOnlyService are the names of the Services that reach the primary
@@ -203,7 +214,7 @@ func NewValues(mc *unstructured.Unstructured, spec api.Spec, cfg Config, auth Au
 	if opImage == "" {
 		opImage = DefaultOperatorImage
 	}
-	return Values{
+	v := Values{
 		OperatorImage:    opImage,
 		BackupRateLimit:  cfg.BackupRateLimit,
 		StoreEnv:         storeEnv(),
@@ -234,5 +245,12 @@ func NewValues(mc *unstructured.Unstructured, spec api.Spec, cfg Config, auth Au
 		TLS: TLSValues{Enabled: spec.TLS, Mounted: spec.TLS || auth.TLS.Cert != "", SecretName: api.TLSSecretName(name), CAName: api.CAConfigMapName(name), CAKey: api.CAKey,
 			Dir: "/var/run/cache/tls", Data: auth.TLS, Keys: tlsKeys,
 			RotatedForAnnotation: api.CertificatesRotatedForAnnotation, Label: api.LabelTLS},
+		ServerLabel: api.LabelServer, ServerValue: api.ServerLabelValue(spec.Engine.Name, spec.Engine.Version),
 	}
+	if r, ok := support.Find(spec.Engine.Name, spec.Engine.Version); ok {
+		v.SnapshotFormat = r.RDB
+	}
+	v.DataLoss.Key = api.AllowDataLossKey
+	v.DataLoss.Allowed = mc.GetAnnotations()[api.AllowDataLossAnnotation] == "true"
+	return v
 }

@@ -35,6 +35,8 @@ type Member struct {
 	Stopped  bool
 	Deleting bool
 	Revision string // the pod's controller-revision-hash
+	// Server is the server its pod runs, "<engine>-<version>" (api.LabelServer; "": not known).
+	Server string
 	Observed bool   // its server answered (Repl is valid)
 	Repl     member.Replication
 	// ConfigRevision is the revision of the live settings its server was found with or given in
@@ -89,6 +91,10 @@ type View struct {
 	// that started empty never becomes the primary the restored one then syncs from; and only
 	// once it loaded the backup and its AOF is on.
 	RestoreFrom string
+	// Reset, when set, is why the roll cannot keep the data (a version change its data format
+	// cannot survive, which the cache allows): every member on another revision restarts at once,
+	// with no handover, and starts empty on the new one.
+	Reset string
 }
 
 // RestoreWait is how long a restored cache's first primary waits, at most, for every member to
@@ -113,6 +119,8 @@ type Action struct {
 	Labels map[string]string
 	// Delete is the member whose pod is deleted to roll it to the update revision.
 	Delete string
+	// DeleteAll are the members whose pods are deleted at once (a Reset).
+	DeleteAll []string
 	// WaitUntil, when set, is when the pass must look again (the failover delay runs).
 	WaitUntil time.Time
 	// Degraded, when set, is why the cache is not whole (a reason and a message).
@@ -155,6 +163,23 @@ const (
 //     first, then a handover from the old primary to an updated replica.
 func Decide(v View, lastPrimaryOffset int64) Action {
 	var act Action
+	if v.Reset != "" && v.UpdateRevision != "" {
+		// Every member on the old revision goes at once; nothing is elected, followed or handed
+		// over until they are all on the new one (and empty).
+		old := 0
+		for _, m := range v.Members {
+			if m.Revision != v.UpdateRevision {
+				old++
+				if !m.Deleting {
+					act.DeleteAll = append(act.DeleteAll, m.Name)
+				}
+			}
+		}
+		if old > 0 {
+			act.Degraded, act.DegradedMessage = ReasonRolling, "every member restarts at once on the new revision and discards its data: "+v.Reset
+			return act
+		}
+	}
 	byName := map[string]Member{}
 	var labelled []Member
 	for _, m := range v.Members {

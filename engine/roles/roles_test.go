@@ -2,6 +2,8 @@ package roles
 
 import (
 	"reflect"
+	"slices"
+	"strings"
 
 	"testing"
 	"time"
@@ -316,5 +318,45 @@ func TestRestoredMemberIsTheFirstPrimary(t *testing.T) {
 	got = Decide(v, 0)
 	if got.Primary != "c-0" || got.Promote || got.Labels["c-0"] != "primary" || !reflect.DeepEqual(got.Follow, []string{"c-1", "c-2"}) {
 		t.Errorf("c-0 with its AOF on: primary %q promote %v labels %v follow %v; want c-0 labelled, not promoted, the others following", got.Primary, got.Promote, got.Labels, got.Follow)
+	}
+}
+
+// A reset (a version change the data cannot survive, allowed by the cache) deletes every member
+// on the old revision at once, the primary with them, and does nothing else until they are all on
+// the new revision; then the cache elects as a new one does.
+func TestResetDeletesEveryOldMemberAtOnce(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	p := m(0, api.RolePrimary, primaryRepl(500, 10))
+	r1 := m(1, api.RoleReplica, replicaOf(p.IP, 500, 10, true))
+	r2 := m(2, api.RoleReplica, replicaOf(p.IP, 500, 10, true))
+	v := View{Now: now, Members: []Member{p, r1, r2}, Delay: 5 * time.Second, UpdateRevision: "r2", Replicas: 3,
+		Reset: "redis 8.0 to redis 7.0: it reads formats up to 10"}
+	act := Decide(v, 500)
+	if !slices.Equal(act.DeleteAll, []string{"c-0", "c-1", "c-2"}) || act.Delete != "" || act.SwitchTo != "" || act.Promote ||
+		act.Degraded != ReasonRolling || !strings.Contains(act.DegradedMessage, "redis 8.0 to redis 7.0") {
+		t.Errorf("first pass: %+v", act)
+	}
+	// Deleting: nothing is asked of them again, and no handover from the deleting primary.
+	for i := range v.Members {
+		v.Members[i].Deleting = true
+	}
+	if act := Decide(v, 500); len(act.DeleteAll) != 0 || act.SwitchTo != "" || act.Promote || act.Primary != "" {
+		t.Errorf("while they go: %+v", act)
+	}
+	// All back on the new revision, empty, as replicas: one is elected, as in a new cache.
+	var fresh []Member
+	for i := 0; i < 3; i++ {
+		n := m(i, api.RoleReplica, replicaOf("", 0, 0, false))
+		n.Revision = "r2"
+		fresh = append(fresh, n)
+	}
+	v.Members, v.UnhealthySince = fresh, now.Add(-10*time.Second)
+	if act := Decide(v, 500); len(act.DeleteAll) != 0 || !act.Promote || act.Primary == "" {
+		t.Errorf("after the reset: %+v", act)
+	}
+	// Without a reset the same view rolls one replica at a time.
+	v.Members, v.Reset = []Member{p, r1, r2}, ""
+	if act := Decide(v, 500); len(act.DeleteAll) != 0 || act.Delete != "c-2" {
+		t.Errorf("a roll without a reset: %+v", act)
 	}
 }

@@ -48,15 +48,19 @@ func (e Endpoint) clientConfig(path string, caBundle []byte) admissionregistrati
 	}
 }
 
-// matchCondition limits the webhook to the updates its rules judge: a lower member count or
-// another version. Everything else (creates, finalizer and annotation changes, scaling up) never
-// calls it, so those keep working while the operator is down. (A schedule is judged by the CRD.)
-const matchCondition = `has(request.subResource) && request.subResource == 'scale' ? object.spec.replicas < oldObject.spec.replicas : (
+// matchCondition limits the webhook to what its rules judge: an update to a lower member count or
+// another version or engine, and a v1 create (v1 carries no engine name, so the CRD cannot check
+// the pair: the engine is in the v2-spec annotation). Everything else (v2 creates, finalizer and
+// annotation changes, scaling up) never calls it, so those keep working while the operator is
+// down (v1 needs it anyway, for conversion). (A schedule is judged by the CRD.)
+const matchCondition = `request.operation == 'CREATE' ? request.kind.version == 'v1' : has(request.subResource) && request.subResource == 'scale' ? object.spec.replicas < oldObject.spec.replicas : (
   (has(object.spec.size) && has(oldObject.spec.size) && object.spec.size < oldObject.spec.size) ||
   (has(object.spec.replicas) && has(oldObject.spec.replicas) && object.spec.replicas < oldObject.spec.replicas) ||
   (has(object.spec.version) && has(oldObject.spec.version) && object.spec.version != oldObject.spec.version) ||
   (has(object.spec.engine) && has(oldObject.spec.engine) && has(object.spec.engine.version) &&
-    has(oldObject.spec.engine.version) && object.spec.engine.version != oldObject.spec.engine.version))`
+    has(oldObject.spec.engine.version) && object.spec.engine.version != oldObject.spec.engine.version) ||
+  (has(object.spec.engine) && has(oldObject.spec.engine) &&
+    (has(object.spec.engine.name) ? object.spec.engine.name : 'redis') != (has(oldObject.spec.engine.name) ? oldObject.spec.engine.name : 'redis')))`
 
 // desiredWebhookConfig is the ValidatingWebhookConfiguration, with every field the API server
 // would default set explicitly, so that comparing it with the live object finds no false drift.
@@ -71,6 +75,12 @@ func desiredWebhookConfig(e Endpoint, caBundle []byte) *admissionregistrationv1.
 				Rule: admissionregistrationv1.Rule{
 					APIGroups: []string{"cache.example.com"}, APIVersions: []string{"v1", "v2"},
 					Resources: []string{"managedcaches", "managedcaches/scale"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+				},
+			}, {
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{"cache.example.com"}, APIVersions: []string{"v1"},
+					Resources: []string{"managedcaches"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
 				},
 			}},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
