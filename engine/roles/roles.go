@@ -36,8 +36,8 @@ type Member struct {
 	Deleting bool
 	Revision string // the pod's controller-revision-hash
 	// Server is the server its pod runs, "<engine>-<version>" (api.LabelServer; "": not known).
-	Server string
-	Observed bool   // its server answered (Repl is valid)
+	Server   string
+	Observed bool // its server answered (Repl is valid)
 	Repl     member.Replication
 	// ConfigRevision is the revision of the live settings its server was found with or given in
 	// this pass ("" if not known); ConfigError why it could not be given them.
