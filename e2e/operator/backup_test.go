@@ -205,8 +205,15 @@ func TestBackupAndRestore(t *testing.T) {
 // the primary, and every key and value equal to want on each member.
 func restoreInto(t *testing.T, c *framework.Cluster, ns, name string, source map[string]interface{}, want dataset.Fingerprint) {
 	t.Helper()
+	restoreIntoSpec(t, c, ns, name, v2Spec(3, map[string]interface{}{"restore": source}), want)
+}
+
+// restoreIntoSpec is restoreInto of a cache of spec (3 members, with its spec.restore).
+func restoreIntoSpec(t *testing.T, c *framework.Cluster, ns, name string, spec map[string]interface{}, want dataset.Fingerprint) {
+	t.Helper()
+	source := spec["restore"]
 	start := time.Now()
-	createCacheV2(t, c, ns, name, v2Spec(3, map[string]interface{}{"restore": source}))
+	createCacheV2(t, c, ns, name, spec)
 	dumpMembersOnFailure(t, c, ns, name)
 	primary := waitWhole(t, c, ns, name, 3, 3*time.Minute)
 	t.Logf("restore %v into %s/%s: Ready in %s", source, ns, name, time.Since(start).Round(100*time.Millisecond))

@@ -256,3 +256,47 @@ func TestDowngradeWithDataLossAllowed(t *testing.T) {
 	t.Logf("redis 8.0 -> 7.0 with allow-data-loss: every member made anew and the cache whole on 7.0 in %v, primary %s; %d keys discarded, reported: %s",
 		took.Round(100*time.Millisecond), after.Name, before.Keys, msg)
 }
+
+// TestBackupAndRestoreOnEachEngine: a backup of a redis 8.0 cache (snapshot format 12, with a
+// hash whose fields expire: a type Redis 7.4 added) and of a valkey 8.1 cache, each restored into
+// a new cache of the same engine and version, every key and value equal.
+func TestBackupAndRestoreOnEachEngine(t *testing.T) {
+	c := framework.Setup(t)
+	ctx := context.Background()
+	startOperator(t, c)
+	ns := c.RealNamespace(t, "engines")
+	deleteCachesOnCleanup(t, c, ns)
+	store := c.ObjectStore(t)
+	c.StoreSecret(t, ns, "store", store, nil)
+	for _, tc := range []struct{ name, engine, version, server string }{
+		{"r8", "redis", "8.0", "8.0."},
+		{"v81", "valkey", "8.1", "8.1."},
+	} {
+		engine := map[string]interface{}{"name": tc.engine, "version": tc.version}
+		createCacheV2(t, c, ns, tc.name, map[string]interface{}{"replicas": int64(3), "engine": engine, "storage": map[string]interface{}{"size": "1Gi"},
+			"backup": map[string]interface{}{"store": map[string]interface{}{"secretName": "store"}}})
+		dumpMembersOnFailure(t, c, ns, tc.name)
+		primary := waitWhole(t, c, ns, tc.name, 3, 3*time.Minute)
+		pc := memberClient(t, c, ns, tc.name, primary.Name)
+		fillKeys(t, pc, "data", 20000)
+		if tc.engine == "redis" {
+			if err := pc.HSet(ctx, "fields-that-expire", "kept", "1", "expiring", "2").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := pc.Do(ctx, "HEXPIRE", "fields-that-expire", 3600, "FIELDS", 1, "expiring").Err(); err != nil {
+				t.Fatalf("HEXPIRE on redis %s: %v", tc.version, err)
+			}
+		}
+		want := fingerprint(t, pc)
+		backup := tc.name + "-b"
+		createBackup(t, c, ns, backup, tc.name)
+		st := waitBackup(t, c, ns, backup, 3*time.Minute)
+		if st.Phase != "Completed" || st.Engine != tc.engine || !strings.HasPrefix(st.Version, tc.server) || st.Keys != want.Keys {
+			t.Fatalf("backup of %s %s: %s (%s) %s; engine %q version %q, %d keys (want %d)", tc.engine, tc.version, st.Phase, st.Reason, st.Message, st.Engine, st.Version, st.Keys, want.Keys)
+		}
+		t.Logf("backup of %s %s: %d bytes, %d keys, from %s %s", tc.engine, tc.version, st.Bytes, st.Keys, st.Engine, st.Version)
+		restoreIntoSpec(t, c, ns, tc.name+"-copy", map[string]interface{}{"replicas": int64(3), "engine": engine,
+			"storage": map[string]interface{}{"size": "1Gi"}, "restore": map[string]interface{}{"backup": backup}}, want)
+		wantServers(t, serverOf(t, c, ns, tc.name+"-copy"), tc.engine, tc.server, "the restored "+tc.engine+" "+tc.version)
+	}
+}
