@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"example.com/cache-operator/hack/node/images"
 )
 
 // buildImages is `node-agent build-images`: it builds every root of the image table that is not
@@ -17,12 +19,12 @@ import (
 // per root: its build time and size, or that it was there.
 func buildImages(args []string) int {
 	fs := flag.NewFlagSet("build-images", flag.ExitOnError)
-	images := fs.String("images", "", "image table (YAML)")
-	store := &RootStore{}
-	fs.StringVar(&store.Dir, "image-store", DefaultRootStoreDir(), "folder of the images' root filesystems")
-	fs.StringVar(&store.Mirror, "debian-mirror", DefaultMirror, "Debian registry the roots are built from")
+	tablePath := fs.String("images", "", "image table (YAML)")
+	store := &images.Store{}
+	fs.StringVar(&store.Dir, "image-store", images.DefaultStoreDir(), "folder of the images' root filesystems")
+	fs.StringVar(&store.Mirror, "debian-mirror", images.DefaultMirror, "Debian registry the roots are built from")
 	_ = fs.Parse(args)
-	table, err := LoadImageTable(*images)
+	table, err := images.Load(*tablePath)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "build-images:", err)
 		return 1

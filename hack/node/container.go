@@ -19,6 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/hack/node/images"
 )
 
 const (
@@ -215,7 +217,7 @@ func (r *podRuntime) waiting(c *containerState, reason, msg string, retry time.D
 // runOnce starts one attempt of a container and waits for it to exit. ok is false when the pod
 // stopped before or during the attempt.
 func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
-	var image *Image
+	var image *images.Image
 	var args, env []string
 	var spec bundleInput
 	for {
@@ -509,7 +511,7 @@ func (r *podRuntime) stopAttempt(c *containerState, a *attempt, why string, grac
 
 // commandLine is the container's argv: command and args as Kubernetes combines them with the
 // image's entrypoint, with $(VAR) references expanded.
-func commandLine(c *corev1.Container, image *Image, env []string) ([]string, error) {
+func commandLine(c *corev1.Container, image *images.Image, env []string) ([]string, error) {
 	vars := map[string]string{}
 	for _, kv := range env {
 		if i := strings.IndexByte(kv, '='); i > 0 {

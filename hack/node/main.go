@@ -34,6 +34,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/hack/node/images"
 )
 
 // RealNodeLabel marks the nodes whose pods run as processes (the KWOK nodes carry type=kwok and a
@@ -45,7 +47,7 @@ func main() {
 		os.Exit(buildImages(os.Args[2:]))
 	}
 	var cfg Config
-	cfg.Roots = &RootStore{}
+	cfg.Roots = &images.Store{}
 	var kubeconfig, listen, clientCA, zone, podCIDR string
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster")
 	flag.StringVar(&cfg.NodeName, "node-name", "", "name of the Node to register")
@@ -61,8 +63,8 @@ func main() {
 	flag.StringVar(&cfg.VolumeRoot, "volume-root", "", "the local provisioner's folder: PersistentVolume folders under it are created and given to the pod's fsGroup; any other is mounted as it is")
 	flag.StringVar(&cfg.Runc, "runc", "/usr/sbin/runc", "runc binary")
 	flag.StringVar(&cfg.ImagesFile, "images", "", "image table (YAML): each image's root filesystem or programs")
-	flag.StringVar(&cfg.Roots.Dir, "image-store", DefaultRootStoreDir(), "folder of the images' root filesystems, built at the first pull (shared by every node and cluster)")
-	flag.StringVar(&cfg.Roots.Mirror, "debian-mirror", DefaultMirror, "Debian registry the images' roots are built from")
+	flag.StringVar(&cfg.Roots.Dir, "image-store", images.DefaultStoreDir(), "folder of the images' root filesystems, built at the first pull (shared by every node and cluster)")
+	flag.StringVar(&cfg.Roots.Mirror, "debian-mirror", images.DefaultMirror, "Debian registry the images' roots are built from")
 	flag.StringVar(&cfg.CgroupParent, "cgroup-parent", "", "cgroup path under which containers run (default /cache-nodes/<node-name>)")
 	flag.DurationVar(&cfg.MaxBackoff, "max-container-restart-period", DefaultMaxBackoff,
 		"longest CrashLoopBackOff delay between restarts of a failed container (the kubelet's crashLoopBackOff.maxContainerRestartPeriod)")
@@ -97,11 +99,11 @@ func run(cfg Config, kubeconfig, listen, clientCA, zone, podCIDR string) error {
 		return err
 	}
 	cfg.Client = client
-	images, err := LoadImageTable(cfg.ImagesFile)
+	table, err := images.Load(cfg.ImagesFile)
 	if err != nil {
 		return err
 	}
-	cfg.Images = images
+	cfg.Images = table
 	ipam, err := NewIPAM(podCIDR)
 	if err != nil {
 		return err

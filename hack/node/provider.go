@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"example.com/cache-operator/hack/node/images"
 )
 
 // Config is what the provider needs to run pods: where, with what, and the cluster's facts.
@@ -46,8 +48,8 @@ type Config struct {
 	ConfigMaps corev1listers.ConfigMapLister
 	Services   corev1listers.ServiceLister
 	Node       *corev1.Node
-	Images     *ImageTable
-	Roots      *RootStore
+	Images     *images.Table
+	Roots      *images.Store
 	IPAM       *IPAM
 }
 

@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/hack/node/images"
 )
 
 // Pull back-off, as the kubelet's: 10 s doubling up to 5 minutes (MaxBackoff when shorter, as the
@@ -15,12 +17,12 @@ const pullInitialBackoff = 10 * time.Second
 // pull makes the image of container c present as its imagePullPolicy asks, and reports it as a
 // kubelet does: Events Pulling and Pulled ("already present on machine" when IfNotPresent finds
 // it), ErrImagePull then ImagePullBackOff while a build fails, ErrImageNeverPull when the policy
-// is Never and it is absent. "Pulling" is building the image's root (rootfs.go) if it is not
+// is Never and it is absent. "Pulling" is building the image's root (package images) if it is not
 // built, or finding it. It returns the root (nil for the scratch and host roots), or ok false
 // when the pod stopped.
-func (r *podRuntime) pull(c *containerState, image *Image) (root *Root, ok bool) {
+func (r *podRuntime) pull(c *containerState, image *images.Image) (root *images.Root, ok bool) {
 	ref := c.spec.Image
-	if image.Root == RootScratch || image.Root == RootHost {
+	if image.Root == images.Scratch || image.Root == images.Host {
 		return nil, true // nothing to build: the programs and this machine's files
 	}
 	recipe := r.cfg.Images.Roots[image.Root]
@@ -77,11 +79,11 @@ func (r *podRuntime) pull(c *containerState, image *Image) (root *Root, ok bool)
 }
 
 // runs says which server version an image's root runs, and how its tag is mapped.
-func runs(image *Image, root *Root) string {
+func runs(image *images.Image, root *images.Root) string {
 	if image.VersionPackage == "" || root == nil {
 		return ""
 	}
-	s := fmt.Sprintf("Runs %s %s (Debian %s %s).", image.VersionPackage, UpstreamVersion(root.Versions[image.VersionPackage]),
+	s := fmt.Sprintf("Runs %s %s (Debian %s %s).", image.VersionPackage, images.UpstreamVersion(root.Versions[image.VersionPackage]),
 		root.Suite, root.Versions[image.VersionPackage])
 	if image.Note != "" {
 		s += " " + image.Note + "."
@@ -91,7 +93,7 @@ func runs(image *Image, root *Root) string {
 
 // imageID is a container's status.imageID: the root's recipe digest, with the package and the
 // version that run, so that kubectl get pod -o jsonpath='{..imageID}' shows the real version.
-func imageID(image *Image, root *Root) string {
+func imageID(image *images.Image, root *images.Root) string {
 	if root == nil {
 		return "node-agent://" + image.Repository + "/" + image.Root
 	}

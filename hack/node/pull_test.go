@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+
+	"example.com/cache-operator/hack/node/images"
 )
 
 // fakeMmdebstrap is a stand-in for mmdebstrap: it writes a root with a dpkg status naming the
@@ -49,15 +51,15 @@ func drain(rec *record.FakeRecorder) []string {
 func TestPullBuildsTheRootOnceAndReportsIt(t *testing.T) {
 	dir := t.TempDir()
 	bin, fail, runs := fakeMmdebstrap(t, dir)
-	table := &ImageTable{Path: "images.yaml",
-		Roots: map[string]RootRecipe{"trixie-redis": {Suite: "trixie", Packages: []string{"redis-server"}}, "other": {Suite: "bookworm", Packages: []string{"x"}}},
-		Images: []Image{
+	table := &images.Table{Path: "images.yaml",
+		Roots: map[string]images.Recipe{"trixie-redis": {Suite: "trixie", Packages: []string{"redis-server"}}, "other": {Suite: "bookworm", Packages: []string{"x"}}},
+		Images: []images.Image{
 			{Repository: "redis", Tags: []string{"8.0"}, Root: "trixie-redis", VersionPackage: "redis-server", Note: "a note"},
 			{Repository: "other", Root: "other"},
 		}}
 	rec := record.NewFakeRecorder(100)
 	p := &Provider{recorder: rec, cfg: Config{Images: table, MaxBackoff: 20 * time.Millisecond,
-		Roots: &RootStore{Dir: filepath.Join(dir, "store"), Mmdebstrap: bin}}}
+		Roots: &images.Store{Dir: filepath.Join(dir, "store"), Mmdebstrap: bin}}}
 	newPod := func(uid, image string, policy corev1.PullPolicy) (*podRuntime, *containerState) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p-" + uid, Namespace: "ns", UID: k8stypes.UID("u-" + uid)},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: image, ImagePullPolicy: policy}}}}
@@ -73,7 +75,7 @@ func TestPullBuildsTheRootOnceAndReportsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		root *Root
+		root *images.Root
 		ok   bool
 	}
 	done := make(chan result, 1)

@@ -9,6 +9,8 @@ import (
 	seccomp "github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	corev1 "k8s.io/api/core/v1"
+
+	"example.com/cache-operator/hack/node/images"
 )
 
 // defaultCapabilities is the set a container runtime grants when the pod asks for nothing
@@ -119,8 +121,8 @@ type mountSpec struct {
 type bundleInput struct {
 	pod        *corev1.Pod
 	container  *corev1.Container
-	image      *Image
-	root       *Root // the image's built root; nil for the scratch and host roots
+	image      *images.Image
+	root       *images.Root // the image's built root; nil for the scratch and host roots
 	args       []string
 	env        []string
 	hostname   string
@@ -155,7 +157,7 @@ func buildSpec(dir string, in bundleInput) (*specs.Spec, error) {
 	switch {
 	case in.root != nil:
 		usrSource, etcSource = filepath.Join(in.root.Path, "usr"), filepath.Join(in.root.Path, "etc")
-	case in.image.Root == RootHost:
+	case in.image.Root == images.Host:
 		usrSource, etcSource = "/usr", "/etc"
 	}
 	if err := populateEtc(filepath.Join(rootfs, "etc"), etcSource, in.mounts); err != nil {

@@ -20,6 +20,8 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
 	utilexec "k8s.io/utils/exec"
+
+	"example.com/cache-operator/hack/node/images"
 )
 
 func (r *podRuntime) container(name string) (*containerState, error) {
@@ -32,7 +34,7 @@ func (r *podRuntime) container(name string) (*containerState, error) {
 }
 
 // bundleInput gathers what buildSpec needs for container c.
-func (r *podRuntime) bundleInput(c *containerState, image *Image, args, env []string) (bundleInput, error) {
+func (r *podRuntime) bundleInput(c *containerState, image *images.Image, args, env []string) (bundleInput, error) {
 	mounts, err := r.volumes.mountsFor(c.spec)
 	if err != nil {
 		return bundleInput{}, err

@@ -1,4 +1,4 @@
-package main
+package images
 
 import (
 	"bufio"
@@ -24,11 +24,11 @@ const rootRecipeVersion = "1"
 // DefaultMirror is the Debian registry the roots come from: the only registry this machine reaches.
 const DefaultMirror = "http://deb.debian.org/debian"
 
-// RootStore builds root filesystems from Debian packages with mmdebstrap and keeps them in Dir,
+// Store builds root filesystems from Debian packages with mmdebstrap and keeps them in Dir,
 // outside the checkout's build outputs, so that every cluster and checkout of this machine
 // shares them. A root is built once per recipe (suite, packages, mirror, the way it is built).
 // The downloaded packages are kept per suite and given to the next build of that suite.
-type RootStore struct {
+type Store struct {
 	Dir        string
 	Mirror     string
 	Mmdebstrap string
@@ -48,9 +48,9 @@ type Root struct {
 	BuildSeconds float64 `json:"buildSeconds"`
 }
 
-// DefaultRootStoreDir is the store's folder: $XDG_CACHE_HOME/cache-operator/images, or
+// DefaultStoreDir is the store's folder: $XDG_CACHE_HOME/cache-operator/images, or
 // ~/.cache/cache-operator/images.
-func DefaultRootStoreDir() string {
+func DefaultStoreDir() string {
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		dir = os.TempDir()
@@ -58,7 +58,7 @@ func DefaultRootStoreDir() string {
 	return filepath.Join(dir, "cache-operator", "images")
 }
 
-func (s *RootStore) mirror() string {
+func (s *Store) mirror() string {
 	if s.Mirror == "" {
 		return DefaultMirror
 	}
@@ -66,21 +66,21 @@ func (s *RootStore) mirror() string {
 }
 
 // digest identifies a recipe.
-func (s *RootStore) digest(r RootRecipe) string {
+func (s *Store) digest(r Recipe) string {
 	pkgs := slices.Clone(r.Packages)
 	slices.Sort(pkgs)
 	sum := sha256.Sum256([]byte(strings.Join([]string{rootRecipeVersion, r.Suite, s.mirror(), strings.Join(pkgs, ",")}, "\n")))
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-func (s *RootStore) paths(name string, r RootRecipe) (root, info string) {
+func (s *Store) paths(name string, r Recipe) (root, info string) {
 	d := strings.TrimPrefix(s.digest(r), "sha256:")[:16]
 	base := filepath.Join(s.Dir, "roots", name+"-"+d)
 	return base, base + ".json"
 }
 
 // Find returns the root of name if it is built.
-func (s *RootStore) Find(name string, r RootRecipe) (*Root, bool) {
+func (s *Store) Find(name string, r Recipe) (*Root, bool) {
 	_, infoPath := s.paths(name, r)
 	data, err := os.ReadFile(infoPath)
 	if err != nil {
@@ -100,7 +100,7 @@ func (s *RootStore) Find(name string, r RootRecipe) (*Root, bool) {
 // Builds of one root, from this process or others (every node agent and make cluster-bin share the
 // store), wait for each other; builds of one suite run one at a time, so that each finds the
 // packages the last one downloaded. progress receives a line per step.
-func (s *RootStore) Ensure(ctx context.Context, name string, r RootRecipe, progress func(string)) (root *Root, built bool, err error) {
+func (s *Store) Ensure(ctx context.Context, name string, r Recipe, progress func(string)) (root *Root, built bool, err error) {
 	if root, ok := s.Find(name, r); ok {
 		return root, false, nil
 	}
@@ -117,7 +117,7 @@ func (s *RootStore) Ensure(ctx context.Context, name string, r RootRecipe, progr
 }
 
 // lock takes an exclusive lock on a file of the store until unlock.
-func (s *RootStore) lock(ctx context.Context, name string) (unlock func(), err error) {
+func (s *Store) lock(ctx context.Context, name string) (unlock func(), err error) {
 	dir := filepath.Join(s.Dir, "locks")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -144,7 +144,7 @@ func (s *RootStore) lock(ctx context.Context, name string) (unlock func(), err e
 	}
 }
 
-func (s *RootStore) build(ctx context.Context, name string, r RootRecipe, progress func(string)) (*Root, error) {
+func (s *Store) build(ctx context.Context, name string, r Recipe, progress func(string)) (*Root, error) {
 	start := time.Now()
 	rootPath, infoPath := s.paths(name, r)
 	debs := filepath.Join(s.Dir, "debs", r.Suite)

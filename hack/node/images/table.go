@@ -1,4 +1,6 @@
-package main
+// Package images is the real nodes' image table (hack/node/images.yaml) and the store of the
+// root filesystems its images run on, built from Debian packages with mmdebstrap.
+package images
 
 import (
 	"fmt"
@@ -10,20 +12,20 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// ImageTable is the node's image table (hack/node/images.yaml): each image a pod may name, by
-// repository and tag, mapped to a root filesystem built from Debian packages (rootfs.go) or to
+// Table is the node's image table (hack/node/images.yaml): each image a pod may name, by
+// repository and tag, mapped to a root filesystem built from Debian packages (store.go) or to
 // programs on this machine.
-type ImageTable struct {
+type Table struct {
 	Path string `json:"-"`
 	// Roots are the root filesystems by name: a Debian suite and the packages installed on its
 	// essential set.
-	Roots map[string]RootRecipe `json:"roots"`
+	Roots map[string]Recipe `json:"roots"`
 	// Images are the rows, looked up by repository and tag.
 	Images []Image `json:"images"`
 }
 
-// RootRecipe is how a root filesystem is built.
-type RootRecipe struct {
+// Recipe is how a root filesystem is built.
+type Recipe struct {
 	Suite    string   `json:"suite"`
 	Packages []string `json:"packages"`
 }
@@ -49,24 +51,24 @@ type Image struct {
 
 // Root kinds that are not built.
 const (
-	RootScratch = "scratch"
-	RootHost    = "host"
+	Scratch = "scratch"
+	Host    = "host"
 )
 
-// LoadImageTable reads the table and resolves relative program paths against its folder.
-func LoadImageTable(path string) (*ImageTable, error) {
+// Load reads the table and resolves relative program paths against its folder.
+func Load(path string) (*Table, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--images: %w", err)
 	}
-	t := &ImageTable{Path: path}
+	t := &Table{Path: path}
 	if err := yaml.UnmarshalStrict(data, t); err != nil {
 		return nil, fmt.Errorf("--images %s: %w", path, err)
 	}
 	dir := filepath.Dir(path)
 	for i := range t.Images {
 		im := &t.Images[i]
-		if _, ok := t.Roots[im.Root]; !ok && im.Root != RootScratch && im.Root != RootHost {
+		if _, ok := t.Roots[im.Root]; !ok && im.Root != Scratch && im.Root != Host {
 			return nil, fmt.Errorf("--images %s: image %s names root %q, which is not in roots", path, im.Repository, im.Root)
 		}
 		for name, p := range im.Programs {
@@ -99,7 +101,7 @@ func Repository(ref string) (repo, tag string) {
 }
 
 // Lookup finds the row of an image reference, or explains that the image is not in the table.
-func (t *ImageTable) Lookup(ref string) (*Image, error) {
+func (t *Table) Lookup(ref string) (*Image, error) {
 	repo, tag := Repository(ref)
 	var tags []string
 	found := false
