@@ -113,7 +113,8 @@ func TestRoutingThroughServices(t *testing.T) {
 	deleteCachesOnCleanup(t, c, ns)
 	sizes := []int64{1, 3, 5}
 	for _, n := range sizes {
-		// Size 3 runs engine valkey: the same protocol, the same roles.
+		// Size 3 runs engine valkey (Valkey 8.1 on the local nodes): the same protocol, the same
+		// roles.
 		engine := map[string]interface{}{"name": "redis", "version": "7.2"}
 		if n == 3 {
 			engine = map[string]interface{}{"name": "valkey", "version": "8.0"}
@@ -167,9 +168,14 @@ func TestRoutingThroughServices(t *testing.T) {
 			t.Errorf("size %d: from this machine %d READONLY, %d failed (first: %v), counter %d (%v); want 0, 0, 10000", n, readonly, failed, firstErr, got, err)
 		}
 
-		// From a pod (a member's container has redis-cli): 200 connections of 50 INCRs, as the
-		// clients' user (the internal user has no key); the password on standard input.
-		script := fmt.Sprintf(`read -r REDISCLI_AUTH; export REDISCLI_AUTH; for i in $(seq 200); do redis-cli --no-auth-warning -h %s-rw -r 50 incr pod-writes; done | grep -c READONLY; redis-cli --no-auth-warning -h %s-rw get pod-writes`, name, name)
+		// From a pod (a member's container has its engine's CLI, redis-cli or valkey-cli): 200
+		// connections of 50 INCRs, as the clients' user (the internal user has no key); the
+		// password on standard input.
+		cli := "redis-cli"
+		if n == 3 {
+			cli = "valkey-cli" // the valkey image's, as in the official one
+		}
+		script := fmt.Sprintf(`read -r REDISCLI_AUTH; export REDISCLI_AUTH; for i in $(seq 200); do %[3]s --no-auth-warning -h %[1]s-rw -r 50 incr pod-writes; done | grep -c READONLY; %[3]s --no-auth-warning -h %[2]s-rw get pod-writes`, name, name, cli)
 		out, err = c.ExecInput(ctx, ns, name+"-0", "redis", pw+"\n", "sh", "-c", script)
 		lines := strings.Fields(out)
 		t.Logf("size %d: 10,000 writes from pod %s-0 through %s-rw: READONLY count and counter: %v", n, name, name, lines)
