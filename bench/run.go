@@ -582,7 +582,7 @@ func cacheObject(ns string, i int) *unstructured.Unstructured {
 		"metadata":   map[string]interface{}{"name": cacheName(i), "namespace": ns},
 		"spec": map[string]interface{}{
 			"replicas": sizeOf(i),
-			"engine":   map[string]interface{}{"version": "7.4"},
+			"engine":   map[string]interface{}{"version": "7.2"},
 			"storage":  map[string]interface{}{"size": "1Gi"},
 			"eviction": map[string]interface{}{"policy": "allkeys-lru"},
 		},
