@@ -83,8 +83,10 @@ func desiredWebhookConfig(e Endpoint, caBundle []byte) *admissionregistrationv1.
 					Resources: []string{"managedcaches"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope),
 				},
 			}},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			// Exact: a v2 create must not match the v1 create rule through conversion, which
+			// would make every v2 create need the operator (a conversion) while it is down.
+			MatchPolicy:             ptr.To(admissionregistrationv1.Exact),
 			NamespaceSelector:       &metav1.LabelSelector{},
 			ObjectSelector:          &metav1.LabelSelector{},
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
