@@ -14,7 +14,16 @@ pid_trust=("$OPERATOR")
 
 echo "up: installing the CRD"
 "${k[@]}" apply --server-side --force-conflicts -k crd/ >/dev/null
-"${k[@]}" wait --for=condition=Established crd/managedcaches.cache.example.com crd/managedcachebackups.cache.example.com --timeout=60s >/dev/null
+# kubectl wait fails at once on a CRD that has no conditions yet (just created, on a busy API
+# server): poll it, for a minute at most.
+deadline=$((SECONDS + 60))
+until out=$("${k[@]}" wait --for=condition=Established crd/managedcaches.cache.example.com crd/managedcachebackups.cache.example.com --timeout=60s 2>&1); do
+	if ((SECONDS >= deadline)); then
+		echo "up: the CRDs are not Established after 60 s: $out" >&2
+		exit 1
+	fi
+	sleep 1
+done
 for ns in shop cache-operator-system; do # the sample's, and the operator's (webhook certificate)
 	"${k[@]}" get namespace "$ns" >/dev/null 2>&1 || "${k[@]}" create namespace "$ns" >/dev/null
 done
