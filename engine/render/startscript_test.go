@@ -17,23 +17,8 @@ import (
 // was given: who starts as the primary and who as a replica, with the AOF off or on, for each
 // state of the volume and of the restore.
 func TestRestoreStartScript(t *testing.T) {
-	r := mustRenderer(t)
 	mc := readCache(t, "../../testdata/render/v2-restore.input.yaml")
-	spec, _ := api.SpecFrom(mc)
-	objs, err := r.Children(mc, spec, testConfig, SimpleAuth(goldenPassword))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sts := findChild(t, objs, "StatefulSet", mc.GetName())
-	containers, _, _ := unstructured.NestedSlice(sts.Object, "spec", "template", "spec", "containers")
-	var script string
-	for _, c := range containers {
-		c := c.(map[string]interface{})
-		if c["name"] == "redis" {
-			cmd, _ := c["command"].([]interface{})
-			script, _ = cmd[len(cmd)-1].(string)
-		}
-	}
+	script := memberScript(t, "../../testdata/render/v2-restore.input.yaml", nil)
 	if !strings.Contains(script, "conf=/tmp/redis.conf") || !strings.Contains(script, "/data/dump.rdb") {
 		t.Fatalf("the start script no longer has the paths this test moves:\n%s", script)
 	}
