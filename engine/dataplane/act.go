@@ -128,10 +128,13 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 				keys = max(keys, m.Repl.Keys)
 			}
 		}
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, "DataDiscarded",
-			"%s (the annotation %s allows the loss): %v deleted at once, with no handover; they start empty on the new version. %d keys at the last poll are discarded",
-			act.DegradedMessage, api.AllowDataLossAnnotation, act.DeleteAll, keys)
-		metrics.DataReset(keys)
+		if mem.reset != act.DegradedMessage {
+			mem.reset = act.DegradedMessage
+			c.recorder.Eventf(mc, corev1.EventTypeWarning, "DataDiscarded",
+				"%s (the annotation %s allows the loss): %v deleted at once, with no handover; they start empty on the new version. %d keys at the last poll are discarded",
+				act.DegradedMessage, api.AllowDataLossAnnotation, act.DeleteAll, keys)
+			metrics.DataReset(keys)
+		}
 		logger.Info("Restarting every member at once: the data cannot survive the version change", "members", act.DeleteAll, "keys", keys, "why", act.DegradedMessage)
 		for _, name := range act.DeleteAll {
 			if err := c.deletePodWithin(ctx, mc.GetNamespace(), byName[name], 1); err != nil {

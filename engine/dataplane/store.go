@@ -38,6 +38,9 @@ type roleMemory struct {
 	// deposed is, per member, the pod, history and offset at which it was last reported as a
 	// deposed primary: a REPLICAOF that fails and is retried does not count its writes twice.
 	deposed map[string]string
+	// reset is the last reset announced (its reason): a deletion that fails and is retried does
+	// not report the discarded keys twice.
+	reset string
 }
 
 // memberStore holds the member passes' views and memories, by cache key, and what the passes
