@@ -185,3 +185,14 @@ func waitLog(t *testing.T, c *framework.Cluster, ns, name, want string) string {
 	})
 	return out
 }
+
+// waitImagePullError waits until the pod's only container waits with ErrImagePull and returns its
+// message.
+func waitImagePullError(t *testing.T, c *framework.Cluster, ns, name string) string {
+	t.Helper()
+	p := waitPod(t, c, ns, name, 60*time.Second, "Waiting ErrImagePull", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil &&
+			p.Status.ContainerStatuses[0].State.Waiting.Reason == "ErrImagePull"
+	})
+	return p.Status.ContainerStatuses[0].State.Waiting.Message
+}

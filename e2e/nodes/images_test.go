@@ -76,11 +76,7 @@ func TestImagesAreTheirOwnRoots(t *testing.T) {
 	bad := shellPod("redis-74", "true")
 	bad.Spec.Containers[0].Image = "redis:7.4"
 	create(t, c, ns, bad)
-	p := waitPod(t, c, ns, "redis-74", 60*time.Second, "Waiting ErrImagePull", func(p *corev1.Pod) bool {
-		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil &&
-			p.Status.ContainerStatuses[0].State.Waiting.Reason == "ErrImagePull"
-	})
-	if msg := p.Status.ContainerStatuses[0].State.Waiting.Message; !strings.Contains(msg, `has repository "redis" with tags 7.0, 7.2, 8.0, not "7.4"`) {
+	if msg := waitImagePullError(t, c, ns, "redis-74"); !strings.Contains(msg, `has repository "redis" with tags 7.0, 7.2, 8.0, not "7.4"`) {
 		t.Errorf("ErrImagePull message of redis:7.4: %q", msg)
 	}
 }

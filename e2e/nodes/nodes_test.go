@@ -69,18 +69,14 @@ func TestBadInputFailsVisibly(t *testing.T) {
 	bad := shellPod("nginx", "true")
 	bad.Spec.Containers[0].Image = "nginx:1.27"
 	create(t, c, ns, bad)
-	p := waitPod(t, c, ns, "nginx", 60*time.Second, "Waiting ErrImagePull", func(p *corev1.Pod) bool {
-		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil &&
-			p.Status.ContainerStatuses[0].State.Waiting.Reason == "ErrImagePull"
-	})
-	if msg := p.Status.ContainerStatuses[0].State.Waiting.Message; !strings.Contains(msg, "image table") {
+	if msg := waitImagePullError(t, c, ns, "nginx"); !strings.Contains(msg, "image table") {
 		t.Errorf("ErrImagePull message does not name the image table: %q", msg)
 	}
 
 	host := shellPod("host-network", "sleep 3600")
 	host.Spec.HostNetwork = true
 	create(t, c, ns, host)
-	p = waitPod(t, c, ns, "host-network", 60*time.Second, "Failed as unsupported", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	p := waitPod(t, c, ns, "host-network", 60*time.Second, "Failed as unsupported", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
 	if p.Status.Reason != "UnsupportedPodSpec" || !strings.Contains(p.Status.Message, "hostNetwork") {
 		t.Errorf("hostNetwork pod: want reason UnsupportedPodSpec naming hostNetwork, got %s", describe(p))
 	}

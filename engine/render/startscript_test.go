@@ -40,13 +40,7 @@ func TestRestoreStartScript(t *testing.T) {
 		{"a member that restored nothing: it syncs", other, api.RoleReplica, "pending", nil, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			data, bin, conf, got := filepath.Join(dir, "data"), filepath.Join(dir, "bin"), filepath.Join(dir, "redis.conf"), filepath.Join(dir, "given.conf")
-			for _, d := range []string{filepath.Join(data, "appendonlydir"), bin} {
-				if err := os.MkdirAll(d, 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
+			data, bin, conf, got := scriptSandbox(t)
 			for _, f := range tc.files {
 				if err := os.WriteFile(filepath.Join(data, f), []byte("x"), 0o644); err != nil {
 					t.Fatal(err)
@@ -130,13 +124,7 @@ func TestStartScriptDataFormat(t *testing.T) {
 		{"not a snapshot header: left to the server", "garbage!!", "", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			data, bin, conf, got := filepath.Join(dir, "data"), filepath.Join(dir, "bin"), filepath.Join(dir, "redis.conf"), filepath.Join(dir, "given.conf")
-			for _, d := range []string{filepath.Join(data, "appendonlydir"), bin} {
-				if err := os.MkdirAll(d, 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
+			data, bin, conf, got := scriptSandbox(t)
 			base := filepath.Join(data, "appendonlydir", "appendonly.aof.1.base.rdb")
 			for path, body := range map[string]string{base: tc.header + "rest of the snapshot", filepath.Join(data, "appendonlydir", "appendonly.aof.manifest"): "m",
 				filepath.Join(bin, "redis-server"): "#!/bin/sh\ncp \"$1\" " + got + "\n"} {
@@ -169,4 +157,19 @@ func TestStartScriptDataFormat(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scriptSandbox makes the folders a start script runs in under test: the data directory (with
+// appendonlydir), a bin folder for the stand-in server, and the paths of the configuration the
+// script writes and of the copy the stand-in server keeps.
+func scriptSandbox(t *testing.T) (data, bin, conf, got string) {
+	t.Helper()
+	dir := t.TempDir()
+	data, bin, conf, got = filepath.Join(dir, "data"), filepath.Join(dir, "bin"), filepath.Join(dir, "redis.conf"), filepath.Join(dir, "given.conf")
+	for _, d := range []string{filepath.Join(data, "appendonlydir"), bin} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return data, bin, conf, got
 }
