@@ -41,6 +41,9 @@ func applyMemberView(s *cacheStatus, v dataplane.View, ok bool, generation int64
 		return
 	}
 	s.Primary, s.Members = v.Primary, v.Members
+	if v.LastFailover != nil {
+		s.LastFailover = v.LastFailover
+	}
 	if !v.Observed {
 		meta.RemoveStatusCondition(&s.Conditions, ConditionDegraded)
 		return

@@ -35,6 +35,7 @@ type cacheStatus struct {
 	TLS                *tlsStatus               `json:"tls,omitempty"`
 	Backup             *api.BackupStatus        `json:"backup,omitempty"`
 	Restore            *api.RestoreStatus       `json:"restore,omitempty"`
+	LastFailover       *api.FailoverStatus      `json:"lastFailover,omitempty"`
 	ObservedGeneration int64                    `json:"observedGeneration,omitempty"`
 }
 

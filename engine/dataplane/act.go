@@ -35,7 +35,11 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 	logger := klog.FromContext(ctx)
 
 	if act.SwitchTo != "" {
-		return true, c.switchover(ctx, mc, byName[act.From], byName[act.SwitchTo], members, client, cred)
+		err := c.switchover(ctx, mc, byName[act.From], byName[act.SwitchTo], members, client, cred)
+		if err == nil {
+			mem.lastFailover = failoverRecord("switchover", act.From, act.SwitchTo)
+		}
+		return true, err
 	}
 	acted := false
 	// Fence first: every member labelled primary that is not to be the primary loses the label
@@ -79,6 +83,7 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 		acted = true
 		if act.From != "" {
 			metrics.Failover("failover", time.Since(start))
+			mem.lastFailover = failoverRecord("failover", act.From, act.Primary)
 			defer func() {
 				c.recorder.Eventf(mc, corev1.EventTypeNormal, "FailoverCompleted",
 					"%s is the primary instead of %s, %.1fs after the primary was first seen gone; it was %d bytes behind at the last poll",
@@ -152,6 +157,11 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 		acted = true
 	}
 	return acted, nil
+}
+
+// failoverRecord is status.lastFailover for a primary that changed from from to to just now.
+func failoverRecord(kind, from, to string) *api.FailoverStatus {
+	return &api.FailoverStatus{Time: time.Now().UTC().Format(time.RFC3339), Kind: kind, From: from, To: to}
 }
 
 // depose readies a member that says master but is not the primary to follow p: it counts the

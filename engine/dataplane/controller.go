@@ -27,6 +27,7 @@ import (
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/informers"
 	"example.com/cache-operator/engine/member"
+	"example.com/cache-operator/engine/metrics"
 )
 
 // Options tune the member passes.
@@ -94,8 +95,9 @@ func New(client dynamic.Interface, set *informers.Set, recorder record.EventReco
 		pool: member.NewGuardedPool(opts.MayWrite, opts.ClientName),
 		store: memberStore{views: map[string]View{}, memory: map[string]*roleMemory{},
 			labels: map[string]labelExpectation{}, deleted: map[string]types.UID{},
-			endpoints: map[string]time.Time{}},
+			endpoints: map[string]time.Time{}, samples: map[string]metrics.CacheSample{}},
 	}
+	metrics.RegisterMembers(c.store.eachSample)
 	if _, err := set.Pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
 			c.endpointsChanged(obj)

@@ -52,12 +52,14 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	}
 	members := c.memberPods(ns, name)
 	if len(members) == 0 {
+		c.store.setSample(key, metrics.CacheSample{}, false)
 		return idle("no member pods")
 	}
 	updateRevision := c.informers.UpdateRevision(ns, name)
 	addressed := false
 	for _, m := range members {
 		if m.IP != "" && !c.dialable(m.IP) {
+			c.store.setSample(key, metrics.CacheSample{}, false)
 			return 0, c.syncUnobserved(ctx, mc, key, spec, members, updateRevision)
 		}
 		addressed = addressed || m.IP != ""
@@ -73,6 +75,10 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		return idle("no credentials in the Secret yet") // the reconcile writes them, and the pods wait for them
 	}
 	mem := c.store.mem(key)
+	if !mem.failoverRead {
+		// A process that just took over continues the record its predecessor kept in status.
+		mem.lastFailover, mem.failoverRead = api.LastFailoverOf(mc), true
+	}
 	tlsMaterial, tlsOK := c.tlsOf(ns, name, mem)
 	if tlsOK {
 		cred = withTLS(cred, tlsMaterial)
@@ -133,7 +139,8 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		acted, err = c.act(ctx, mc, members, act, mem, cred)
 	}
 	view := observedView(members, act)
-	view.Password = cred.Revision
+	view.Password, view.LastFailover = cred.Revision, mem.lastFailover
+	c.store.setSample(key, sampleOf(ns, name, members, view, mem.lastFailover), true)
 	if liveOK {
 		view.Live = live.revision
 		if live.err != nil {

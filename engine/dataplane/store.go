@@ -1,14 +1,17 @@
 package dataplane
 
 import (
-	"example.com/cache-operator/engine/cachetls"
+	"maps"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/cachetls"
+	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/roles"
 )
 
@@ -38,6 +41,10 @@ type roleMemory struct {
 	// deposed is, per member, the pod, history and offset at which it was last reported as a
 	// deposed primary: a REPLICAOF that fails and is retried does not count its writes twice.
 	deposed map[string]string
+	// lastFailover is the last change of primary (status.lastFailover), read from the status at
+	// the first pass (failoverRead) and kept by this process's failovers and switchovers.
+	lastFailover *api.FailoverStatus
+	failoverRead bool
 	// reset is the last reset announced (its reason): a deletion that fails and is retried does
 	// not report the discarded keys twice.
 	reset string
@@ -58,6 +65,9 @@ type memberStore struct {
 	// endpoints holds, by cache key, when its members' Service endpoints last changed as this
 	// process saw it (see Options.ServiceSettle).
 	endpoints map[string]time.Time
+	// samples are, by cache key, the members' figures from the last pass that read them (the
+	// per-member metrics); a cache whose members cannot be read has none.
+	samples map[string]metrics.CacheSample
 }
 
 func (s *memberStore) endpointsChanged(key string, at time.Time) {
@@ -154,4 +164,32 @@ func (s *memberStore) forget(key string) {
 	delete(s.views, key)
 	delete(s.memory, key)
 	delete(s.endpoints, key)
+	delete(s.samples, key)
+}
+
+// setSample stores the figures of a cache's members, or drops them (ok false).
+func (s *memberStore) setSample(key string, sample metrics.CacheSample, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ok {
+		s.samples[key] = sample
+	} else {
+		delete(s.samples, key)
+	}
+}
+
+// eachSample yields every cache's member figures, by key order (a scrape's output is stable).
+func (s *memberStore) eachSample(yield func(metrics.CacheSample) bool) {
+	s.mu.Lock()
+	keys := slices.Sorted(maps.Keys(s.samples))
+	out := make([]metrics.CacheSample, len(keys))
+	for i, k := range keys {
+		out[i] = s.samples[k]
+	}
+	s.mu.Unlock()
+	for _, c := range out {
+		if !yield(c) {
+			return
+		}
+	}
 }

@@ -1,7 +1,10 @@
 package dataplane
 
 import (
+	"time"
+
 	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/roles"
 )
 
@@ -22,6 +25,8 @@ type View struct {
 	// PasswordPending why a member could not be given it (the first such error).
 	Password        int64
 	PasswordPending string
+	// LastFailover is the last change of primary this or an earlier process made (nil: none).
+	LastFailover *api.FailoverStatus
 }
 
 // MemberStatus is one entry of status.members.
@@ -64,6 +69,36 @@ func observedView(members []roles.Member, act roles.Action) View {
 		v.Members = append(v.Members, s)
 	}
 	return v
+}
+
+// sampleOf is the per-member metrics' sample of a member pass: v is its view (whose Primary is
+// the member serving as primary, "" when none does).
+func sampleOf(ns, name string, members []roles.Member, v View, last *api.FailoverStatus) metrics.CacheSample {
+	c := metrics.CacheSample{Namespace: ns, Cache: name}
+	if last != nil {
+		if t, err := time.Parse(time.RFC3339, last.Time); err == nil {
+			c.LastFailover, c.LastFailoverTo = t, last.To
+		}
+	}
+	var primary *roles.Member
+	for i := range members {
+		if members[i].Name == v.Primary {
+			primary = &members[i]
+		}
+	}
+	for i, m := range members {
+		s := metrics.MemberSample{Member: m.Name, Up: m.Observed, Role: v.Members[i].Role}
+		if m.Observed {
+			r := m.Repl
+			s.Offset, s.LinkUp, s.Keys = r.Offset, r.LinkUp, r.Keys
+			s.UsedMemory, s.MaxMemory, s.EvictedKeys, s.ExpiredKeys, s.Clients = r.Stats.UsedMemory, r.Stats.MaxMemory, r.Stats.EvictedKeys, r.Stats.ExpiredKeys, r.Stats.Clients
+			if primary != nil && r.ReplID == primary.Repl.ReplID {
+				s.Lag, s.HasLag = max(0, primary.Repl.Offset-r.Offset), true
+			}
+		}
+		c.Members = append(c.Members, s)
+	}
+	return c
 }
 
 // roundLag rounds a lag down to a power of two, and to 0 below 1 MiB: status must not change

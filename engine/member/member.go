@@ -72,6 +72,19 @@ type Replication struct {
 	// restored snapshot it loaded and does not persist yet); AOFRewriting, an AOF rewrite runs or
 	// waits to (a member whose AOF was just turned on has no AOF to restart from until it ends).
 	Loading, AOFOff, AOFRewriting bool
+	// Stats are the member's memory, eviction and client figures (INFO memory, stats, clients),
+	// read in the same INFO, for the operator's per-member metrics.
+	Stats Stats
+}
+
+// Stats are a member's figures that the operator exports and decides nothing by.
+type Stats struct {
+	// UsedMemory is used_memory; MaxMemory is maxmemory (0: no limit).
+	UsedMemory, MaxMemory int64
+	// EvictedKeys and ExpiredKeys count since the server started (evicted_keys, expired_keys).
+	EvictedKeys, ExpiredKeys int64
+	// Clients is connected_clients: the clients' connections and the operator's own.
+	Clients int64
 }
 
 // Pool keeps one connection per member address, so that polling does not dial every time. A
@@ -174,9 +187,9 @@ func Observe(ctx context.Context, addr, password string) (Replication, error) {
 func ObserveWith(ctx context.Context, c *redis.Client) (Replication, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	// One command for the three sections (INFO with several sections: Redis 7.0, Valkey): one
-	// round trip on the member's one connection.
-	info, err := c.Info(ctx, "replication", "keyspace", "persistence").Result()
+	// One command for every section (INFO with several sections: Redis 7.0, Valkey): one round
+	// trip on the member's one connection, a reply of about 4 KiB.
+	info, err := c.Info(ctx, "replication", "keyspace", "persistence", "memory", "stats", "clients").Result()
 	if err != nil {
 		return Replication{}, fmt.Errorf("member %s: INFO: %w", c.Options().Addr, err)
 	}
@@ -326,10 +339,16 @@ func ParseSettings(text string) (map[string]string, []string, error) {
 	return settings, names, nil
 }
 
-// ParseReplication reads the text of INFO replication (and persistence, when there).
+// ParseReplication reads the text of INFO replication (and persistence, memory, stats and
+// clients, when there).
 func ParseReplication(info string) (Replication, error) {
 	fields := infoFields(info)
 	var r Replication
+	number := func(name string) int64 { n, _ := strconv.ParseInt(fields[name], 10, 64); return n }
+	r.Stats = Stats{
+		UsedMemory: number("used_memory"), MaxMemory: number("maxmemory"),
+		EvictedKeys: number("evicted_keys"), ExpiredKeys: number("expired_keys"), Clients: number("connected_clients"),
+	}
 	r.Loading = fields["loading"] == "1"
 	r.AOFOff = fields["aof_enabled"] == "0"
 	r.AOFRewriting = fields["aof_rewrite_in_progress"] == "1" || fields["aof_rewrite_scheduled"] == "1"

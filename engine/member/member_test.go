@@ -308,3 +308,54 @@ func TestEnableAOFOnRealServer(t *testing.T) {
 		t.Errorf("after EnableAOF and 20 s: %+v; want the AOF on and written", r)
 	}
 }
+
+// The figures the operator exports per member come from the same INFO as the replication state.
+func TestObserveStatsOnARealServer(t *testing.T) {
+	ctx := context.Background()
+	const pw = "test-password-4712"
+	addr := server(t, pw, "maxmemory 2mb\nmaxmemory-policy allkeys-lru")
+	c := redis.NewClient(&redis.Options{Addr: addr, Password: pw, Protocol: 2, DisableIdentity: true})
+	defer c.Close()
+	value := strings.Repeat("v", 1024)
+	p := c.Pipeline()
+	for i := range 4000 { // 4 MiB into a 2 MiB cache: about half is evicted
+		p.Set(ctx, fmt.Sprintf("k%d", i), value, 0)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "short", "x", time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var r Replication
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		// Reading the expired key makes the server count it, whenever its own cycle has not.
+		_ = c.Get(ctx, "short").Err()
+		if r, err = Observe(ctx, addr, pw); err != nil {
+			t.Fatal(err)
+		}
+		if r.Stats.ExpiredKeys >= 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling the expiry, with a deadline
+	}
+	s := r.Stats
+	t.Logf("stats: %+v, keys %d", s, r.Keys)
+	if s.MaxMemory != 2<<20 {
+		t.Errorf("maxmemory %d; want %d", s.MaxMemory, 2<<20)
+	}
+	if s.UsedMemory <= 0 || s.UsedMemory > 3<<20 {
+		t.Errorf("used memory %d; want some, at most about maxmemory", s.UsedMemory)
+	}
+	if s.EvictedKeys == 0 || s.EvictedKeys+r.Keys > 4001 {
+		t.Errorf("evicted %d with %d keys left of 4,001; want evictions that account for the missing keys", s.EvictedKeys, r.Keys)
+	}
+	if s.ExpiredKeys < 1 {
+		t.Errorf("expired %d; want the short-lived key counted", s.ExpiredKeys)
+	}
+	if s.Clients < 2 { // this test's client and Observe's own
+		t.Errorf("connected clients %d; want at least 2", s.Clients)
+	}
+}
