@@ -109,6 +109,8 @@ func TestHandlerObjectsAndScale(t *testing.T) {
 		{"v1 downgrade", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(3, "8.0", ""), Object: v1(3, "7.2", "")}, "spec.version: changing from redis 8.0 to redis 7.2 would lose the data"},
 		{"v2 quorum", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v2"}, Operation: admissionv1.Update, OldObject: v2(5, "7.2"), Object: v2(2, "7.2")}, "spec.replicas: scaling from 5 to 2"},
 		{"v2 downgrade", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v2"}, Operation: admissionv1.Update, OldObject: v2(3, "8.0"), Object: v2(3, "7.0")}, "spec.engine: changing from redis 8.0 to redis 7.0 would lose the data"},
+		{"v2 hibernate stops every member, through the quorum guard", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v2"}, Operation: admissionv1.Update, OldObject: v2(5, "7.2"),
+			Object: runtime.RawExtension{Raw: []byte(`{"apiVersion":"cache.example.com/v2","kind":"ManagedCache","metadata":{"name":"s"},"spec":{"replicas":5,"hibernate":true,"engine":{"version":"7.2"}}}`)}}, ""},
 		{"scale quorum", admissionv1.AdmissionRequest{Namespace: "shop", Name: "s", SubResource: "scale", Operation: admissionv1.Update, OldObject: scale(3), Object: scale(1)}, "scaling from 3 to 1"},
 		{"scale override from the cache", admissionv1.AdmissionRequest{Namespace: "shop", Name: "allowed", SubResource: "scale", Operation: admissionv1.Update, OldObject: scale(3), Object: scale(1)}, ""},
 		{"scale 3 to 2", admissionv1.AdmissionRequest{Namespace: "shop", Name: "s", SubResource: "scale", Operation: admissionv1.Update, OldObject: scale(3), Object: scale(2)}, ""},

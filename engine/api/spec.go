@@ -38,6 +38,8 @@ type Spec struct {
 	Backup *Backup
 	// Restore is spec.restore (nil: the cache starts empty).
 	Restore *Restore
+	// Hibernate is spec.hibernate: every member stopped, the volumes and the other children kept.
+	Hibernate bool
 }
 
 // Backup is spec.backup: where a cache's backups go, when, and how many stay.
@@ -218,6 +220,13 @@ func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
 		default:
 			return s, fmt.Errorf("spec.tls.enabled: must be true or false, got %v", v)
 		}
+	}
+	switch v := spec["hibernate"].(type) {
+	case bool:
+		s.Hibernate = v
+	case nil:
+	default:
+		return s, fmt.Errorf("spec.hibernate: must be true or false, got %v", v)
 	}
 	if s.Backup, err = backupFrom(spec); err != nil {
 		return s, err

@@ -27,3 +27,24 @@ func LastFailoverOf(mc *unstructured.Unstructured) *FailoverStatus {
 	}
 	return &f
 }
+
+// HibernationStatus is status.hibernation: set while a cache hibernates or resumes.
+type HibernationStatus struct {
+	// Primary is the member that was primary when the members were stopped ("": none known).
+	Primary string `json:"primary,omitempty"`
+	// Since is when the operator began stopping the members (RFC 3339).
+	Since string `json:"since,omitempty"`
+}
+
+// HibernationOf reads status.hibernation of a cache (nil: none).
+func HibernationOf(mc *unstructured.Unstructured) *HibernationStatus {
+	raw, ok, _ := unstructured.NestedMap(mc.Object, "status", "hibernation")
+	if !ok {
+		return nil
+	}
+	var h HibernationStatus
+	if runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &h) != nil {
+		return nil
+	}
+	return &h
+}

@@ -118,7 +118,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 				want.SetResourceVersion(tlsd.SecretVersion)
 			}
 		}
-		if want.GroupVersionKind() == informers.StatefulSet && view.Observed {
+		if want.GroupVersionKind() == informers.StatefulSet && view.Observed && !spec.Hibernate {
 			// Only an observed cache hands over; an unobserved one just scales.
 			holdScaleDown(want, spec.Replicas, mc.GetName(), view.Primary)
 		}
@@ -359,6 +359,7 @@ func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructu
 		return fmt.Errorf("ManagedCache/%s/%s: writing status: %w", mc.GetNamespace(), mc.GetName(), err)
 	}
 	c.statusWrites.wrote(key, mc.GetResourceVersion(), out)
+	hibernationEvents(c.recorder, mc, old, s)
 	ready := "Unknown"
 	for _, cond := range s.Conditions {
 		if cond.Type == ConditionReady {

@@ -36,6 +36,7 @@ type cacheStatus struct {
 	Backup             *api.BackupStatus        `json:"backup,omitempty"`
 	Restore            *api.RestoreStatus       `json:"restore,omitempty"`
 	LastFailover       *api.FailoverStatus      `json:"lastFailover,omitempty"`
+	Hibernation        *api.HibernationStatus   `json:"hibernation,omitempty"`
 	ObservedGeneration int64                    `json:"observedGeneration,omitempty"`
 }
 
@@ -82,6 +83,7 @@ func (s *cacheStatus) setReady(generation int64, ready bool, reason, message str
 // view is what the last member pass found (ok: there was one).
 func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, sts *unstructured.Unstructured, resizing *metav1.Condition, view dataplane.View, viewOK bool, failReason, failMessage string) cacheStatus {
 	s := statusOf(mc)
+	lastPrimary := s.Primary
 	gen := mc.GetGeneration()
 	s.ObservedGeneration = gen
 	port := strconv.Itoa(api.Port)
@@ -124,6 +126,9 @@ func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain strin
 		s.setReady(gen, true, ReasonAllReplicasReady, msg)
 	default:
 		s.setReady(gen, false, ReasonWaitingForReplicas, msg)
+	}
+	if failReason == "" {
+		applyHibernation(&s, spec, lastPrimary, gen, running, time.Now())
 	}
 	return s
 }

@@ -180,6 +180,9 @@ func randomV2(r *rand.Rand) map[string]interface{} {
 		}
 		spec["resources"] = res
 	}
+	if r.Intn(3) == 0 {
+		spec["hibernate"] = r.Intn(2) == 0
+	}
 	meta := map[string]interface{}{"name": fmt.Sprintf("c%d", r.Intn(1000)), "namespace": "ns"}
 	if r.Intn(2) == 0 {
 		meta["annotations"] = map[string]interface{}{"team": pick(r, "a", "b")}

@@ -44,6 +44,17 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	ns, name := mc.GetNamespace(), mc.GetName()
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "managedcache", klog.KRef(ns, name))
 	ctx = klog.NewContext(ctx, logger)
+	if spec.Hibernate {
+		// Its members are being stopped, all at once: nothing fails over, rolls or is
+		// relabelled, and no view stands for members that do not run (status.hibernation keeps
+		// the primary, which the pass elects again on resume).
+		c.store.setSample(key, metrics.CacheSample{}, false)
+		c.publish(key, View{})
+		mem := c.store.mem(key)
+		mem.unhealthySince = time.Time{}
+		logger.V(3).Info("Member pass waits for an event", "why", "hibernating")
+		return 0, nil
+	}
 	// idle is a return that schedules no poll: the next pod, Secret or cache event starts the
 	// next pass. Logged, so that a cache whose passes stopped shows why.
 	idle := func(why string) (time.Duration, error) {
@@ -120,6 +131,9 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	}
 	if rs := api.RestoreStatusOf(mc); spec.Restore != nil && (rs == nil || rs.Phase != api.RestoreCompleted) {
 		v.RestoreFrom = api.RestoreMember(mc.GetName())
+	}
+	if h := api.HibernationOf(mc); h != nil {
+		v.Prefer = h.Primary // resuming: the primary it had, when it answers with its data
 	}
 	if mc.GetAnnotations()[api.AllowDataLossAnnotation] == "true" {
 		v.Reset = resetReason(members, updateRevision, spec)

@@ -95,6 +95,10 @@ type View struct {
 	// cannot survive, which the cache allows): every member on another revision restarts at once,
 	// with no handover, and starts empty on the new one.
 	Reset string
+	// Prefer is the member to elect when there is no primary (a resumed cache's primary from
+	// before it hibernated): elected once it answers, has loaded its data and holds keys (or no
+	// member does); waited for up to RestoreWait, then the election goes on without it.
+	Prefer string
 }
 
 // RestoreWait is how long a restored cache's first primary waits, at most, for every member to
@@ -276,6 +280,20 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 			act.Primary, act.Promote = m.Name, !m.IsPrimary()
 			act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("electing %s, which restored the backup", m.Name)
 			return finishLabels(v, act, byName)
+		}
+		if from == "" && v.Prefer != "" {
+			m, ok := byName[v.Prefer]
+			if ok && m.Observed && !m.Deleting && !m.Repl.Loading && (m.Repl.Keys > 0 || !anyKeys(v.Members)) {
+				act.Primary, act.Promote = m.Name, !m.IsPrimary()
+				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("electing %s, the primary before the cache hibernated", m.Name)
+				return finishLabels(v, act, byName)
+			}
+			if until := v.UnhealthySince.Add(max(v.Delay, RestoreWait)); v.Now.Before(until) && (!ok || !m.Observed || m.Repl.Loading) {
+				act.WaitUntil = v.Now.Add(min(until.Sub(v.Now), time.Second)) // it may answer any moment
+				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("no primary yet; waiting for %s, the primary before the cache hibernated, to load its data", v.Prefer)
+				act.Labels = map[string]string{}
+				return act
+			}
 		}
 		if from == "" && !allAnswer && !waited {
 			act.WaitUntil = v.UnhealthySince.Add(v.Delay)
@@ -504,6 +522,16 @@ func bestCandidate(members []Member, exclude, history string) (Member, bool) {
 		return a.Ordinal < b.Ordinal
 	})
 	return cands[0], true
+}
+
+// anyKeys reports whether a member that answers holds keys.
+func anyKeys(members []Member) bool {
+	for _, m := range members {
+		if m.Observed && m.Repl.Keys > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // commonHistory is the replication history most members that answer and hold keys share (on a

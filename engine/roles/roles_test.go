@@ -360,3 +360,43 @@ func TestResetDeletesEveryOldMemberAtOnce(t *testing.T) {
 		t.Errorf("a roll without a reset: %+v", act)
 	}
 }
+
+// A resumed cache elects the primary it had before it hibernated, though a replica reports a
+// higher offset on the old history (members restart as replicas, on histories of their own), once
+// it answers with its data; it waits for it up to RestoreWait, then elects without it.
+func TestResumeElectsThePrimaryBeforeHibernation(t *testing.T) {
+	now := time.Unix(1000, 0)
+	rw := "c-rw.ns.svc.cluster.local"
+	onHistory := func(offset, keys int64, id string) *member.Replication {
+		r := replicaOf(rw, offset, keys, false)
+		r.ReplID = id
+		return r
+	}
+	v := View{Now: now, Delay: 3 * time.Second, UnhealthySince: now.Add(-5 * time.Second), UpdateRevision: "r1", Replicas: 3, History: "h1",
+		Members: []Member{m(0, "", onHistory(900, 100, "h1")), m(1, "", onHistory(0, 100, "h9")), m(2, "", onHistory(900, 99, "h1"))}}
+	if got := Decide(v, 0); got.Primary != "c-0" {
+		t.Fatalf("without a preference: primary %q; want c-0 (the case must not elect c-1 by itself)", got.Primary)
+	}
+	v.Prefer = "c-1"
+	got := Decide(v, 0)
+	if got.Primary != "c-1" || !got.Promote || got.Labels["c-1"] != "primary" || !reflect.DeepEqual(got.Follow, []string{"c-0", "c-2"}) {
+		t.Errorf("resuming with c-1 preferred: primary %q promote %v labels %v follow %v; want c-1 promoted, the others following", got.Primary, got.Promote, got.Labels, got.Follow)
+	}
+	// Not answering yet, or loading: wait, a second at a time, until RestoreWait.
+	for _, pref := range []Member{m(1, "", nil), m(1, "", &member.Replication{Role: member.Replica, Loading: true, ReplID: "h9"})} {
+		v.Members[1] = pref
+		if got := Decide(v, 0); got.Primary != "" || len(got.Labels) != 0 || !got.WaitUntil.Equal(now.Add(time.Second)) || !strings.Contains(got.DegradedMessage, "c-1") {
+			t.Errorf("c-1 observed %v loading %v: primary %q labels %v wait %v (%s); want a wait of a second for c-1", pref.Observed, pref.Repl.Loading, got.Primary, got.Labels, got.WaitUntil, got.DegradedMessage)
+		}
+	}
+	v.UnhealthySince = now.Add(-RestoreWait)
+	if got := Decide(v, 0); got.Primary != "c-0" {
+		t.Errorf("c-1 still loading after RestoreWait: primary %q; want the election without it (c-0)", got.Primary)
+	}
+	// Answering empty while others hold keys (its volume lost): not preferred.
+	v.UnhealthySince = now.Add(-5 * time.Second)
+	v.Members[1] = m(1, "", onHistory(0, 0, "h9"))
+	if got := Decide(v, 0); got.Primary != "c-0" {
+		t.Errorf("c-1 empty: primary %q; want c-0", got.Primary)
+	}
+}

@@ -1,0 +1,96 @@
+package controller
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/record"
+
+	"example.com/cache-operator/engine/api"
+)
+
+// ConditionHibernated says whether a cache's members are stopped (spec.hibernate): present while
+// it hibernates or resumes, removed once it is Ready again.
+const ConditionHibernated = "Hibernated"
+
+// Reasons of the Hibernated condition; ReasonHibernated is also the Ready condition's reason
+// while the members are stopped (kubectl get's Status column).
+const (
+	ReasonHibernating = "Hibernating"
+	ReasonHibernated  = "Hibernated"
+	ReasonResuming    = "Resuming"
+)
+
+// applyHibernation sets what spec.hibernate says in s, after newStatus computed the rest: running
+// is how many members still run (the StatefulSet's status.replicas); lastPrimary the primary the
+// status named before this pass (the member pass publishes none while a cache hibernates).
+//   - Hibernating: status.hibernation records the primary the cache had (once), the Hibernated
+//     condition says whether every member stopped, Ready is False with reason Hibernated once
+//     they have; status.primary and status.members are cleared then (no member runs).
+//   - Resuming: the record stays (the member pass elects its primary again) until the cache is
+//     Ready with a primary; then the record and the condition go.
+func applyHibernation(s *cacheStatus, spec api.Spec, lastPrimary string, generation, running int64, now time.Time) {
+	if spec.Hibernate {
+		if s.Hibernation == nil {
+			s.Hibernation = &api.HibernationStatus{Primary: lastPrimary, Since: now.UTC().Format(time.RFC3339)}
+		}
+		cond := metav1.Condition{Type: ConditionHibernated, Status: metav1.ConditionFalse, Reason: ReasonHibernating,
+			Message: fmt.Sprintf("stopping the members: %d still running", running), ObservedGeneration: generation}
+		if running == 0 {
+			cond.Status, cond.Reason = metav1.ConditionTrue, ReasonHibernated
+			cond.Message = fmt.Sprintf("every member is stopped; the volumes, the Secret and the Services are kept; set spec.hibernate to false to resume with %s as primary", orNone(s.Hibernation.Primary))
+			s.Primary, s.Members = "", nil
+			s.setReady(generation, false, ReasonHibernated, "hibernated (spec.hibernate): no member runs")
+		} else {
+			s.setReady(generation, false, ReasonHibernating, fmt.Sprintf("hibernating (spec.hibernate): %d members still running", running))
+		}
+		meta.SetStatusCondition(&s.Conditions, cond)
+		return
+	}
+	if s.Hibernation == nil {
+		meta.RemoveStatusCondition(&s.Conditions, ConditionHibernated)
+		return
+	}
+	if isReady(*s) && s.Primary != "" {
+		s.Hibernation = nil
+		meta.RemoveStatusCondition(&s.Conditions, ConditionHibernated)
+		return
+	}
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionHibernated, Status: metav1.ConditionFalse, Reason: ReasonResuming,
+		Message: fmt.Sprintf("resuming: starting the members and electing %s again", orNone(s.Hibernation.Primary)), ObservedGeneration: generation})
+}
+
+func orNone(member string) string {
+	if member == "" {
+		return "the most caught-up member"
+	}
+	return member
+}
+
+// hibernationEvents records an Event for each step of a hibernation a status write made.
+func hibernationEvents(recorder record.EventRecorder, mc *unstructured.Unstructured, old, cur cacheStatus) {
+	was, is := meta.FindStatusCondition(old.Conditions, ConditionHibernated), meta.FindStatusCondition(cur.Conditions, ConditionHibernated)
+	reason := func(c *metav1.Condition) string {
+		if c == nil {
+			return ""
+		}
+		return c.Reason
+	}
+	if reason(was) == reason(is) {
+		return
+	}
+	switch {
+	case is != nil && is.Reason == ReasonHibernating:
+		recorder.Eventf(mc, corev1.EventTypeNormal, ReasonHibernating, "Stopping every member (spec.hibernate); %s was the primary", orNone(cur.Hibernation.Primary))
+	case is != nil && is.Reason == ReasonHibernated:
+		recorder.Eventf(mc, corev1.EventTypeNormal, ReasonHibernated, "Every member is stopped; the volumes are kept")
+	case is != nil && is.Reason == ReasonResuming:
+		recorder.Eventf(mc, corev1.EventTypeNormal, ReasonResuming, "Starting the members (spec.hibernate is false)")
+	case is == nil && was != nil:
+		recorder.Eventf(mc, corev1.EventTypeNormal, "Resumed", "Ready again with %s as primary", cur.Primary)
+	}
+}
