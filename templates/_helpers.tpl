@@ -110,13 +110,15 @@ REDISCLI_AUTH="$(cat {{ include "internal.dir" . }}/{{ .Keys.Internal }})" {{ in
 {{/* probe.handover: the preStop hook. A member that is the primary when its pod is deleted, evicted
 or scaled away waits (up to the grace period, less 5 s for the shutdown) until the operator has
 handed its role to the most caught-up replica (FAILOVER TO), so that a planned removal loses
-nothing; a replica stops at once. */}}
+nothing; a replica stops at once. A primary with no replica connected stops at once too: there is
+nobody to hand over to (a cache of one member; a hibernating cache, whose members all stop at once:
+its replicas go first, and the primary shuts down, its AOF written, as soon as they have). */}}
 {{- define "grace" -}}
 30
 {{- end }}
 
 {{- define "probe.handover" -}}
-end=$(( $(date +%s) + {{ sub (include "grace" . | atoi) 5 }} )); while [ "$(date +%s)" -lt "$end" ]; do case "$({{ include "probe.cli" . }} role 2>/dev/null | head -n 1)" in master) sleep 0.2 ;; *) exit 0 ;; esac; done
+end=$(( $(date +%s) + {{ sub (include "grace" . | atoi) 5 }} )); while [ "$(date +%s)" -lt "$end" ]; do info=$({{ include "probe.cli" . }} info replication 2>/dev/null) || exit 0; case "$info" in *role:master*) ;; *) exit 0 ;; esac; case "$info" in *connected_slaves:0*) exit 0 ;; esac; sleep 0.2; done
 {{- end }}
 
 {{- define "probe.ready" -}}

@@ -94,7 +94,7 @@ func TestHibernateAndResume(t *testing.T) {
 	}
 
 	pw := password(t, c, ns, name)
-	w := startWriterWith(t, net.JoinHostPort(clusterIP(t, c, ns, name+"-rw"), "6379"), pw, "w", true, 100_000, 3*time.Minute)
+	w := startWriterWith(t, net.JoinHostPort(clusterIP(t, c, ns, name+"-rw"), "6379"), pw, "w:", true, 100_000, 3*time.Minute)
 	w.waitOK(t, time.Now(), 30*time.Second)
 	start := time.Now()
 	setHibernate(t, c, ns, name, true)

@@ -3,7 +3,7 @@
 # kube-controller-manager, kube-scheduler, kube-proxy and kubectl of Kubernetes v1.37 in one
 # binary, linked under each name), kwok and kwokctl (KWOK v0.8.0), CoreDNS,
 # the local storage provisioner, the real nodes' agent (hack/node) and the object store
-# (versitygw, hack/objectstore), then the real nodes' images (hack/node/images.yaml). Versions are pinned by the
+# (versitygw, hack/objectstore), helm (hack/helm) and promtool (hack/promtool), then the real nodes' images (hack/node/images.yaml). Versions are pinned by the
 # go.mod files in hack/cluster/, hack/cluster/kwok/, hack/cluster/coredns/, hack/cluster/provisioner/
 # and hack/node/, which are one workspace (hack/go.work), so that the dependencies they share have
 # one version and are compiled once.
@@ -83,6 +83,9 @@ build "$here/coredns" coredns .
 build "$here/../node" node-agent .
 # The object store (versitygw) is a module of its own, outside the workspace (see its tools.go).
 GOWORK_FOR=off build "$here/../objectstore" objectstore github.com/versity/versitygw/cmd/versitygw
+# helm (the chart's tests) and promtool (the alerts' tests), each a module of its own (see their tools.go).
+GOWORK_FOR=off build "$here/../helm" helm helm.sh/helm/v4/cmd/helm
+GOWORK_FOR=off build "$here/../promtool" promtool github.com/prometheus/prometheus/cmd/promtool
 echo "cluster-bin: all binaries ready in $out ($((SECONDS - total))s)"
 # The real nodes' images: root filesystems built from Debian packages (hack/node/images.yaml),
 # kept in ~/.cache/cache-operator/images for every cluster and checkout; a no-op once built.
