@@ -29,8 +29,10 @@ func cacheSeries(fams map[string]*dto.MetricFamily, ns, cache string) map[string
 				continue
 			}
 			key := name + "{" + l["member"]
-			if r, ok := l["role"]; ok {
-				key += "," + r
+			for _, extra := range []string{"role", "kind"} {
+				if r, ok := l[extra]; ok {
+					key += "," + r
+				}
 			}
 			key += "}"
 			switch {
@@ -138,7 +140,7 @@ func TestMemberMetricsOnRealNodes(t *testing.T) {
 	}
 	framework.Eventually(t, 60*time.Second, "the switchover in the metrics", func() (bool, string, error) {
 		s = cacheSeries(scrape(t, metricsAddr), ns, name)
-		at := s["cache_operator_member_last_failover_timestamp_seconds{"+target+"}"]
+		at := s["cache_operator_member_last_failover_timestamp_seconds{"+target+",switchover}"]
 		return at >= float64(start.Unix()) && s["cache_operator_member_role{"+target+",primary}"] == 1 &&
 			s["cache_operator_member_role{"+primary.Name+",replica}"] == 1, fmt.Sprint(s), nil
 	})

@@ -77,7 +77,7 @@ func sampleOf(ns, name string, members []roles.Member, v View, last *api.Failove
 	c := metrics.CacheSample{Namespace: ns, Cache: name}
 	if last != nil {
 		if t, err := time.Parse(time.RFC3339, last.Time); err == nil {
-			c.LastFailover, c.LastFailoverTo = t, last.To
+			c.LastFailover, c.LastFailoverTo, c.LastFailoverKind = t, last.To, last.Kind
 		}
 	}
 	var primary *roles.Member

@@ -30,7 +30,7 @@ func TestSampleOf(t *testing.T) {
 	v := observedView(members, roles.Action{Primary: "c-0"})
 	last := &api.FailoverStatus{Time: "2026-12-03T10:00:00Z", Kind: "failover", From: "c-1", To: "c-0"}
 	s := sampleOf("ns", "c", members, v, last)
-	if s.Namespace != "ns" || s.Cache != "c" || s.LastFailoverTo != "c-0" || !s.LastFailover.Equal(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)) {
+	if s.Namespace != "ns" || s.Cache != "c" || s.LastFailoverTo != "c-0" || s.LastFailoverKind != "failover" || !s.LastFailover.Equal(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)) {
 		t.Errorf("sample %+v; want ns/c, the last failover to c-0 at 10:00", s)
 	}
 	want := []struct {

@@ -20,7 +20,8 @@ import (
 type Object struct {
 	metav1.ObjectMeta
 	packed []byte
-	// Ready is a ManagedCache's Ready condition status, for the fleet gauge ("" for a child).
+	// Ready is a ManagedCache's Ready condition status, for the fleet gauge ("" for a child), or
+	// Hibernated for a cache whose members are stopped on purpose (spec.hibernate).
 	Ready string
 	// UpdateRevision is a StatefulSet's status.updateRevision, which every member pass reads.
 	UpdateRevision string
@@ -106,6 +107,9 @@ func (p *Packer) CacheTransform() cache.TransformFunc {
 				if m, ok := c.(map[string]interface{}); ok && m["type"] == api.ConditionReady {
 					if s, ok := m["status"].(string); ok {
 						out.Ready = s
+					}
+					if m["reason"] == "Hibernated" {
+						out.Ready = "Hibernated" // stopped on purpose: not counted as not Ready
 					}
 				}
 			}

@@ -16,6 +16,8 @@ type CacheSample struct {
 	// seen), and LastFailoverTo the member that became primary.
 	LastFailover   time.Time
 	LastFailoverTo string
+	// LastFailoverKind is failover (the primary was gone) or switchover (a planned handover).
+	LastFailoverKind string
 	Members        []MemberSample
 }
 
@@ -51,7 +53,7 @@ var (
 	memberExpireDesc = memberDesc("expired_keys_total", "Keys removed on their expiry since the server started.")
 	memberConnsDesc  = memberDesc("connected_clients", "Client connections, the operator's own included.")
 	memberKeysDesc   = memberDesc("keys", "Keys in every database of the member.")
-	lastFailoverDesc = memberDesc("last_failover_timestamp_seconds", "When the primary of the cache last changed (failover or switchover; Unix seconds), on the series of the member that became primary. Kept in the cache's status.lastFailover.")
+	lastFailoverDesc = prometheus.NewDesc("cache_operator_member_last_failover_timestamp_seconds", "When the primary of the cache last changed (Unix seconds), on the series of the member that became primary; kind is failover (the primary was gone) or switchover (a planned handover). Kept in the cache's status.lastFailover.", append(memberLabels[:3:3], "kind"), nil)
 )
 
 func memberDesc(name, help string) *prometheus.Desc {
@@ -84,7 +86,7 @@ func collectCache(ch chan<- prometheus.Metric, c CacheSample) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
 	if !c.LastFailover.IsZero() {
-		gauge(lastFailoverDesc, float64(c.LastFailover.Unix()), c.Namespace, c.Cache, c.LastFailoverTo)
+		gauge(lastFailoverDesc, float64(c.LastFailover.Unix()), c.Namespace, c.Cache, c.LastFailoverTo, c.LastFailoverKind)
 	}
 	for _, s := range c.Members {
 		l := []string{c.Namespace, c.Cache, s.Member}
@@ -122,5 +124,5 @@ var membersOnce sync.Once
 // RegisterMembers exports the per-member series; samples yields every cache's last sample and is
 // called at scrape time. Only the first call of the process registers.
 func RegisterMembers(samples func(yield func(CacheSample) bool)) {
-	membersOnce.Do(func() { Registry.MustRegister(memberCollector{samples: samples}) })
+	membersOnce.Do(func() { register(memberCollector{samples: samples}) })
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 // sampleCache is a cache of size n as a member pass sees it: member 0 primary, the others
 // replicas 100 bytes behind, the last one unreachable when down.
 func sampleCache(ns, name string, n int, down bool) CacheSample {
-	c := CacheSample{Namespace: ns, Cache: name, LastFailover: time.Unix(1_800_000_000, 0), LastFailoverTo: name + "-0"}
+	c := CacheSample{Namespace: ns, Cache: name, LastFailover: time.Unix(1_800_000_000, 0), LastFailoverTo: name + "-0", LastFailoverKind: "failover"}
 	for i := range n {
 		s := MemberSample{Member: fmt.Sprintf("%s-%d", name, i), Up: true, Role: "replica", Offset: 900, Lag: 100, HasLag: true, LinkUp: true,
 			UsedMemory: 1 << 20, MaxMemory: 64 << 20, EvictedKeys: 3, ExpiredKeys: 4, Clients: 5, Keys: 1000}
@@ -70,7 +71,7 @@ func TestMemberSeries(t *testing.T) {
 		`cache_operator_member_link_up{cache="sessions",member="sessions-1",namespace="shop"} 1`,
 		`cache_operator_member_memory_max_bytes{cache="sessions",member="sessions-0",namespace="shop"} 6.7108864e+07`,
 		`cache_operator_member_evicted_keys_total{cache="sessions",member="sessions-0",namespace="shop"} 3`,
-		`cache_operator_member_last_failover_timestamp_seconds{cache="sessions",member="sessions-0",namespace="shop"} 1.8e+09`,
+		`cache_operator_member_last_failover_timestamp_seconds{cache="sessions",kind="failover",member="sessions-0",namespace="shop"} 1.8e+09`,
 		"# TYPE cache_operator_member_expired_keys_total counter",
 	} {
 		if !strings.Contains(text, line+"\n") {
@@ -138,5 +139,15 @@ func BenchmarkCollectMembers(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		gatherText(b, samples...)
+	}
+}
+
+func TestNames(t *testing.T) {
+	names := Names()
+	for _, want := range []string{"cache_operator_reconcile_total", "cache_operator_managedcaches", "cache_operator_member_up",
+		"cache_operator_member_last_failover_timestamp_seconds", "workqueue_depth", "go_goroutines", "process_resident_memory_bytes"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("Names() lacks %s: %v", want, names)
+		}
 	}
 }

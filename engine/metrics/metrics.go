@@ -41,11 +41,11 @@ var (
 )
 
 func init() {
-	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	register(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		reconcileDuration, reconcileTotal, reconcileErrors, childrenApplied)
 	workqueue.SetProvider(queueMetrics)
 	clientmetrics.Register(clientmetrics.RegisterOpts{RequestLatency: requestLatency, RequestResult: requestResult})
-	Registry.MustRegister(requestLatency.vec, requestResult.vec)
+	register(requestLatency.vec, requestResult.vec)
 }
 
 // ObserveReconcile records one reconcile that started at start and returned err.
@@ -68,12 +68,12 @@ type fleetCollector struct {
 }
 
 var fleetDesc = prometheus.NewDesc("cache_operator_managedcaches",
-	"ManagedCaches by the status of their Ready condition (True, False, Unknown).", []string{"ready"}, nil)
+	"ManagedCaches by the status of their Ready condition (True, False, Unknown), hibernated ones apart (Hibernated).", []string{"ready"}, nil)
 
 func (f fleetCollector) Describe(ch chan<- *prometheus.Desc) { ch <- fleetDesc }
 
 func (f fleetCollector) Collect(ch chan<- prometheus.Metric) {
-	counts := map[string]int{"True": 0, "False": 0, "Unknown": 0}
+	counts := map[string]int{"True": 0, "False": 0, "Unknown": 0, "Hibernated": 0}
 	for status, n := range f.count() {
 		counts[status] += n
 	}
@@ -88,7 +88,7 @@ var fleetOnce sync.Once
 // status (True, False, Unknown) and is called at scrape time. Only the first call of the process
 // registers.
 func RegisterFleet(count func() map[string]int) {
-	fleetOnce.Do(func() { Registry.MustRegister(fleetCollector{count: count}) })
+	fleetOnce.Do(func() { register(fleetCollector{count: count}) })
 }
 
 // client-go request metrics, by verb and by code and method (never by URL: it names objects).
@@ -137,7 +137,7 @@ var queueMetrics = func() *queueMetricsProvider {
 		longestRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "workqueue_longest_running_processor_seconds",
 			Help: "Seconds the longest running processor has been running."}, []string{"name"}),
 	}
-	Registry.MustRegister(p.depthGauge, p.adds, p.retries, p.latency, p.workDuration, p.unfinished, p.longestRunning)
+	register(p.depthGauge, p.adds, p.retries, p.latency, p.workDuration, p.unfinished, p.longestRunning)
 	return p
 }()
 
@@ -209,7 +209,7 @@ func DataReset(keys int64) {
 }
 
 func init() {
-	Registry.MustRegister(memberPolls, failovers, failoverDuration, liveSettings, writesDiscarded, writesDiscardedUnmeasured, dataResets, dataResetKeys)
+	register(memberPolls, failovers, failoverDuration, liveSettings, writesDiscarded, writesDiscardedUnmeasured, dataResets, dataResetKeys)
 }
 
 // WritesDiscarded records bytes of writes a deposed primary took that the primary never had.
@@ -243,7 +243,7 @@ var certificateExpiry = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Help: "When the members' TLS certificate of each TLS cache expires (Unix seconds); renewed with a third of its lifetime left.",
 }, []string{"namespace", "cache"})
 
-func init() { Registry.MustRegister(certificateExpiry) }
+func init() { register(certificateExpiry) }
 
 // CertificateExpiry records when a TLS cache's members' certificate expires.
 func CertificateExpiry(namespace, cache string, notAfter time.Time) {
@@ -275,7 +275,7 @@ var (
 )
 
 func init() {
-	Registry.MustRegister(backupLastSuccess, backupDuration, backupBytes, backupFailures, restores)
+	register(backupLastSuccess, backupDuration, backupBytes, backupFailures, restores)
 }
 
 // BackupCompleted records a completed backup.
