@@ -60,6 +60,7 @@ func main() {
 	flag.IntVar(&cfg.Webhook.Port, "webhook-port", 9443, "HTTPS port of the conversion and validating webhooks")
 	hookURL := flag.String("webhook-url", "", "base URL the API server uses to reach the webhooks (default https://127.0.0.1:<webhook-port>); ignored with --webhook-service")
 	hookService := flag.String("webhook-service", "", "NAMESPACE/NAME of the Service in front of the webhooks, when deployed in the cluster")
+	hookOwner := flag.String("webhook-owner", "", "the operator's ClusterRole, which owns the ValidatingWebhookConfiguration it registers, so that uninstalling the operator removes it too (\"\": none)")
 	flag.DurationVar(&cfg.Webhook.CertLifetime, "webhook-cert-lifetime", 365*24*time.Hour, "lifetime of the webhook serving certificate (the CA lives 10x longer); renewed with a third left")
 	flag.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0: off)")
 	flag.BoolVar(&cfg.Profiling, "profiling", false, "serve Go's profiles (/debug/pprof/) on the metrics address")
@@ -112,6 +113,7 @@ func main() {
 	if *hookService != "" {
 		cfg.Webhook.Endpoint = webhook.Endpoint{}
 		cfg.Webhook.Endpoint.ServiceNamespace, cfg.Webhook.Endpoint.ServiceName, _ = strings.Cut(*hookService, "/")
+		cfg.Webhook.Endpoint.OwnerClusterRole = *hookOwner
 	} else if *hookURL == "" {
 		cfg.Webhook.Endpoint.URL = fmt.Sprintf("https://127.0.0.1:%d", cfg.Webhook.Port)
 	}

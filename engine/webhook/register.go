@@ -36,6 +36,11 @@ type Endpoint struct {
 	URL string
 	// ServiceNamespace and ServiceName name the Service in Service mode.
 	ServiceNamespace, ServiceName string
+	// OwnerClusterRole, when set, names the ClusterRole the ValidatingWebhookConfiguration is owned
+	// by (the operator's own, from its manifests or chart): uninstalling the operator deletes it,
+	// and the garbage collector then deletes the configuration, which would otherwise be left
+	// calling a webhook that is gone.
+	OwnerClusterRole string
 }
 
 func (e Endpoint) clientConfig(path string, caBundle []byte) admissionregistrationv1.WebhookClientConfig {
@@ -141,6 +146,13 @@ func registerConversion(ctx context.Context, dyn dynamic.Interface, e Endpoint, 
 func registerValidation(ctx context.Context, kube kubernetes.Interface, e Endpoint, caBundle []byte) error {
 	hooks := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	want := desiredWebhookConfig(e, caBundle)
+	if e.OwnerClusterRole != "" {
+		role, err := kube.RbacV1().ClusterRoles().Get(ctx, e.OwnerClusterRole, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("ClusterRole/%s, the webhook configuration's owner: %w", e.OwnerClusterRole, err)
+		}
+		want.OwnerReferences = []metav1.OwnerReference{{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: role.Name, UID: role.UID}}
+	}
 	live, err := hooks.Get(ctx, WebhookConfigName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		if _, err := hooks.Create(ctx, want, metav1.CreateOptions{FieldManager: api.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -152,7 +164,7 @@ func registerValidation(ctx context.Context, kube kubernetes.Interface, e Endpoi
 	if err != nil {
 		return fmt.Errorf("ValidatingWebhookConfiguration/%s: %w", WebhookConfigName, err)
 	}
-	if reflect.DeepEqual(live.Webhooks, want.Webhooks) && reflect.DeepEqual(live.Labels, want.Labels) {
+	if reflect.DeepEqual(live.Webhooks, want.Webhooks) && reflect.DeepEqual(live.Labels, want.Labels) && reflect.DeepEqual(live.OwnerReferences, want.OwnerReferences) {
 		return nil
 	}
 	want.ResourceVersion = live.ResourceVersion
