@@ -113,10 +113,10 @@ func main() {
 	if *hookService != "" {
 		cfg.Webhook.Endpoint = webhook.Endpoint{}
 		cfg.Webhook.Endpoint.ServiceNamespace, cfg.Webhook.Endpoint.ServiceName, _ = strings.Cut(*hookService, "/")
-		cfg.Webhook.Endpoint.OwnerClusterRole = *hookOwner
 	} else if *hookURL == "" {
 		cfg.Webhook.Endpoint.URL = fmt.Sprintf("https://127.0.0.1:%d", cfg.Webhook.Port)
 	}
+	cfg.Webhook.Endpoint.OwnerClusterRole = *hookOwner
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

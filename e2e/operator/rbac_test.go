@@ -97,7 +97,7 @@ func TestRBACGrantsExactlyWhatTheOperatorUses(t *testing.T) {
 
 	since := time.Now()
 	op := startOperator(t, c, "--kubeconfig="+kubeconfig, "--leader-elect", "--leader-elect-lease-duration=8s",
-		"--leader-elect-renew-deadline=5s", "--leader-elect-retry-period=1s", "--webhook-cert-lifetime=15s")
+		"--leader-elect-renew-deadline=5s", "--leader-elect-retry-period=1s", "--webhook-cert-lifetime=15s", "--webhook-owner=cache-operator")
 	deleteCachesOnCleanup(t, c, ns)
 
 	// A cache, through creation, repair of its Secret, and deletion.

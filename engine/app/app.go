@@ -21,7 +21,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -221,8 +223,40 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	return runElected(ctx, cfg, kube, work, hooks, fenced)
 }
 
+// ownLease makes the ClusterRole named owner ("": none) the owner of the leader Lease, creating
+// the Lease (empty) when it does not exist yet, so that uninstalling the operator deletes it.
+func ownLease(ctx context.Context, kube kubernetes.Interface, ns, owner string) error {
+	ref, err := webhook.OwnerReference(ctx, kube, owner)
+	if err != nil || ref == nil {
+		return err
+	}
+	leases := kube.CoordinationV1().Leases(ns)
+	lease, err := leases.Get(ctx, LeaseName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName, Namespace: ns, OwnerReferences: []metav1.OwnerReference{*ref}}}
+		if _, err := leases.Create(ctx, lease, metav1.CreateOptions{FieldManager: api.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range lease.OwnerReferences {
+		if r.UID == ref.UID {
+			return nil
+		}
+	}
+	lease.OwnerReferences = append(lease.OwnerReferences, *ref)
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{FieldManager: api.FieldManager})
+	return err
+}
+
 // runElected reconciles while this replica holds the lease.
 func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, work func(context.Context), hooks *webhook.Server, fenced *fence) error {
+	if err := ownLease(ctx, kube, cfg.Namespace, cfg.Webhook.Endpoint.OwnerClusterRole); err != nil {
+		klog.ErrorS(err, "Could not make the operator's ClusterRole the leader Lease's owner; uninstalling the operator will leave the Lease")
+	}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: LeaseName},
 		Client:     kube.CoordinationV1(),

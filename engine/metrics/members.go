@@ -18,7 +18,7 @@ type CacheSample struct {
 	LastFailoverTo string
 	// LastFailoverKind is failover (the primary was gone) or switchover (a planned handover).
 	LastFailoverKind string
-	Members        []MemberSample
+	Members          []MemberSample
 }
 
 // MemberSample is one member's figures. A member the pass could not read (Up false) has only

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -62,9 +63,9 @@ func (c *certs) caBundle() []byte {
 }
 
 // ensure makes the Secret hold a valid CA and serving certificate for our names, renewing what
-// is within a third of its lifetime of expiry, and loads them. It reports whether the serving
-// certificate it now serves is new.
-func (c *certs) ensure(ctx context.Context, now time.Time) (bool, error) {
+// is within a third of its lifetime of expiry, and loads them; owner (nil: none) is set as the
+// Secret's owner. It reports whether the serving certificate it now serves is new.
+func (c *certs) ensure(ctx context.Context, now time.Time, owner *metav1.OwnerReference) (bool, error) {
 	secrets := c.client.CoreV1().Secrets(c.namespace)
 	for attempt := 0; attempt < 5; attempt++ {
 		secret, err := secrets.Get(ctx, c.name, metav1.GetOptions{})
@@ -74,6 +75,9 @@ func (c *certs) ensure(ctx context.Context, now time.Time) (bool, error) {
 					Labels: map[string]string{api.LabelName: api.FieldManager, "app.kubernetes.io/component": "webhook"}},
 				Type: corev1.SecretTypeTLS,
 				Data: map[string][]byte{},
+			}
+			if owner != nil {
+				secret.OwnerReferences = []metav1.OwnerReference{*owner}
 			}
 			if !c.renew(secret, now) {
 				return false, fmt.Errorf("generating webhook certificates failed")
@@ -95,7 +99,11 @@ func (c *certs) ensure(ctx context.Context, now time.Time) (bool, error) {
 		if updated.Data == nil {
 			updated.Data = map[string][]byte{}
 		}
-		if c.renew(updated, now) {
+		owned := owner == nil || slices.ContainsFunc(updated.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == owner.UID })
+		if !owned {
+			updated.OwnerReferences = append(updated.OwnerReferences, *owner)
+		}
+		if c.renew(updated, now) || !owned {
 			secret, err = secrets.Update(ctx, updated, metav1.UpdateOptions{FieldManager: api.FieldManager})
 			if apierrors.IsConflict(err) {
 				continue // another replica renewed first: read what it wrote

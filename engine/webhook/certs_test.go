@@ -49,7 +49,7 @@ func TestCertsCreateKeepRenew(t *testing.T) {
 	client := fake.NewClientset()
 	c := newCerts(client, time.Hour)
 	now := time.Now()
-	if renewed, err := c.ensure(ctx, now); err != nil || !renewed {
+	if renewed, err := c.ensure(ctx, now, nil); err != nil || !renewed {
 		t.Fatalf("first ensure: renewed=%v err=%v", renewed, err)
 	}
 	verify(t, c, now)
@@ -58,7 +58,7 @@ func TestCertsCreateKeepRenew(t *testing.T) {
 
 	// Nothing due: no write, same certificate.
 	client.ClearActions()
-	if renewed, err := c.ensure(ctx, now.Add(30*time.Minute)); err != nil || renewed {
+	if renewed, err := c.ensure(ctx, now.Add(30*time.Minute), nil); err != nil || renewed {
 		t.Fatalf("ensure with nothing due: renewed=%v err=%v", renewed, err)
 	}
 	for _, a := range client.Actions() {
@@ -69,7 +69,7 @@ func TestCertsCreateKeepRenew(t *testing.T) {
 
 	// A third of the lifetime left: a new serving certificate from the same CA.
 	later := now.Add(41 * time.Minute)
-	if renewed, err := c.ensure(ctx, later); err != nil || !renewed {
+	if renewed, err := c.ensure(ctx, later, nil); err != nil || !renewed {
 		t.Fatalf("ensure when due: renewed=%v err=%v", renewed, err)
 	}
 	if c.serial.Load().Cmp(first) == 0 || string(c.caBundle()) != ca {
@@ -79,7 +79,7 @@ func TestCertsCreateKeepRenew(t *testing.T) {
 
 	// The CA due (10h lifetime, 7h later): a new CA, and the old one stays in the bundle.
 	muchLater := now.Add(7 * time.Hour)
-	if _, err := c.ensure(ctx, muchLater); err != nil {
+	if _, err := c.ensure(ctx, muchLater, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := len(pemBlocks(c.caBundle())); got != 2 {
@@ -89,7 +89,7 @@ func TestCertsCreateKeepRenew(t *testing.T) {
 
 	// Another lifetime (the flag changed): renewed at once.
 	short := newCerts(client, time.Minute)
-	if renewed, err := short.ensure(ctx, muchLater); err != nil || !renewed {
+	if renewed, err := short.ensure(ctx, muchLater, nil); err != nil || !renewed {
 		t.Fatalf("ensure with a shorter lifetime: renewed=%v err=%v", renewed, err)
 	}
 	if got := short.current.Load().Leaf; got.NotAfter.Sub(muchLater) > time.Minute+time.Second {
@@ -119,7 +119,7 @@ func TestCertsConcurrentReplicasAgree(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := r.ensure(context.Background(), now); err != nil {
+			if _, err := r.ensure(context.Background(), now, nil); err != nil {
 				t.Error(err)
 			}
 		}()

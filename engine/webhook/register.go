@@ -143,15 +143,29 @@ func registerConversion(ctx context.Context, dyn dynamic.Interface, e Endpoint, 
 	return nil
 }
 
+// OwnerReference is a reference to the ClusterRole named name (nil for ""): the owner of what the
+// operator creates for itself (the webhook configuration, its certificate Secret, the leader
+// Lease), so that deleting the operator's manifests or uninstalling its chart deletes them too.
+func OwnerReference(ctx context.Context, kube kubernetes.Interface, name string) (*metav1.OwnerReference, error) {
+	if name == "" {
+		return nil, nil
+	}
+	role, err := kube.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("ClusterRole/%s, the owner of the operator's own objects (--webhook-owner): %w", name, err)
+	}
+	return &metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: role.Name, UID: role.UID}, nil
+}
+
 func registerValidation(ctx context.Context, kube kubernetes.Interface, e Endpoint, caBundle []byte) error {
 	hooks := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	want := desiredWebhookConfig(e, caBundle)
-	if e.OwnerClusterRole != "" {
-		role, err := kube.RbacV1().ClusterRoles().Get(ctx, e.OwnerClusterRole, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("ClusterRole/%s, the webhook configuration's owner: %w", e.OwnerClusterRole, err)
-		}
-		want.OwnerReferences = []metav1.OwnerReference{{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: role.Name, UID: role.UID}}
+	owner, err := OwnerReference(ctx, kube, e.OwnerClusterRole)
+	if err != nil {
+		return err
+	}
+	if owner != nil {
+		want.OwnerReferences = []metav1.OwnerReference{*owner}
 	}
 	live, err := hooks.Get(ctx, WebhookConfigName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

@@ -108,7 +108,11 @@ func (s *Server) checkInterval() time.Duration {
 
 // sync ensures the certificates and the registrations once.
 func (s *Server) sync(ctx context.Context) error {
-	renewed, err := s.certs.ensure(ctx, time.Now())
+	owner, err := OwnerReference(ctx, s.kube, s.opts.Endpoint.OwnerClusterRole)
+	if err != nil {
+		return err
+	}
+	renewed, err := s.certs.ensure(ctx, time.Now(), owner)
 	if err != nil {
 		return err
 	}
