@@ -45,11 +45,13 @@ OPERATOR := $(ROOT)/bin/cache-operator
 DEV_KUBECONFIG := $(ROOT)/.cluster/kubeconfig
 RUN_ARGS ?=
 .PHONY: build install run up down
-build: ## build bin/cache-operator (replaced only when the build differs, so make up does not restart it needlessly)
+build: ## build bin/cache-operator and the kubectl plugin (bin/kubectl-managedcache, bin/kubectl-mc: links to it)
 	@mkdir -p bin
 	@echo "build: compiling bin/cache-operator (about 4 minutes on an empty Go build cache, seconds after) ..."
 	@$(GO) build -o $(OPERATOR).new .
 	@if cmp -s $(OPERATOR).new $(OPERATOR); then rm $(OPERATOR).new; else mv $(OPERATOR).new $(OPERATOR); fi
+	@# The kubectl plugin is the same binary under the names kubectl looks for (README: bin/ on the PATH).
+	@ln -sfn cache-operator bin/kubectl-managedcache && ln -sfn cache-operator bin/kubectl-mc
 
 install: ## apply the CRD and the operator's namespace to the current kubeconfig ($$KUBECONFIG)
 	$(KUBECTL) apply --server-side --force-conflicts -k crd/

@@ -24,6 +24,7 @@ import (
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/app"
+	"example.com/cache-operator/engine/plugin"
 	"example.com/cache-operator/engine/render"
 	"example.com/cache-operator/engine/snapshot"
 	"example.com/cache-operator/engine/webhook"
@@ -31,6 +32,8 @@ import (
 )
 
 func main() {
+	// Run as kubectl-managedcache or kubectl-mc (links to this binary): the kubectl plugin.
+	plugin.ExitIfPlugin()
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case "render":

@@ -1,0 +1,227 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"example.com/cache-operator/engine/api"
+)
+
+// patchCache merge-patches the cache with patch (a JSON-able map).
+func (c *client) patchCache(ctx context.Context, name string, patch map[string]interface{}) error {
+	b, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	if _, err := c.dyn.Resource(api.Resource).Namespace(c.ns).Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{FieldManager: "kubectl-managedcache"}); err != nil {
+		return fmt.Errorf("ManagedCache %s/%s: %w", c.ns, name, err)
+	}
+	return nil
+}
+
+func annotate(key, value string) map[string]interface{} {
+	return map[string]interface{}{"metadata": map[string]interface{}{"annotations": map[string]interface{}{key: value}}}
+}
+
+// switchover asks the operator to hand the primary role to --to (default: the replica the
+// operator reports least behind) through the switchover annotation, and waits for it.
+func switchover(ctx context.Context, c *client, name string) error {
+	mc, err := c.cache(ctx, name)
+	if err != nil {
+		return err
+	}
+	from, _, _ := unstructured.NestedString(mc.Object, "status", "primary")
+	if from == "" {
+		return fmt.Errorf("%s/%s has no primary now (Ready: %s); a switchover hands over from a live primary", c.ns, name, readyLine(mc))
+	}
+	to := c.opts.to
+	if to == "" {
+		if to, err = c.bestReplica(ctx, mc); err != nil {
+			return err
+		}
+	}
+	if to == from {
+		fmt.Fprintf(c.out, "%s is the primary already\n", to)
+		return nil
+	}
+	if err := c.patchCache(ctx, name, annotate(api.SwitchoverAnnotation, to)); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "switching over %s/%s from %s to %s\n", c.ns, name, from, to)
+	if !c.opts.wait {
+		return nil
+	}
+	start := c.now()
+	err = c.waitFor(ctx, to+" to be the primary", func() (bool, string, error) {
+		mc, err := c.cache(ctx, name)
+		if err != nil {
+			return false, "", err
+		}
+		p, _, _ := unstructured.NestedString(mc.Object, "status", "primary")
+		_, pending := mc.GetAnnotations()[api.SwitchoverAnnotation]
+		return p == to && !pending, fmt.Sprintf("primary %q, Ready %s", p, readyLine(mc)), nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "%s is the primary (%.1fs)\n", to, c.now().Sub(start).Seconds())
+	return nil
+}
+
+// bestReplica is the replica to hand over to: the least lag in the operator's figures (its own
+// choice too), else the first replica status lists as in sync.
+func (c *client) bestReplica(ctx context.Context, mc *unstructured.Unstructured) (string, error) {
+	members, _, _ := unstructured.NestedSlice(mc.Object, "status", "members")
+	figs, _ := c.memberFigures(ctx, mc.GetNamespace(), mc.GetName())
+	best, bestLag := "", -1.0
+	for _, m := range members {
+		mm, _ := m.(map[string]interface{})
+		n, _ := mm["name"].(string)
+		if mm["role"] != api.RoleReplica {
+			continue
+		}
+		lag, _, _ := unstructured.NestedInt64(mm, "lagBytes")
+		l := float64(lag)
+		if f := figs[n]; f != nil && f.hasLag {
+			l = f.lag
+		}
+		if best == "" || l < bestLag {
+			best, bestLag = n, l
+		}
+	}
+	if best == "" {
+		return "", fmt.Errorf("%s/%s has no replica to hand over to (status.members: %v)", mc.GetNamespace(), mc.GetName(), members)
+	}
+	return best, nil
+}
+
+// rotatePassword asks for a new clients' password (the rotate-password annotation, a new value
+// each time) and waits until the operator generated it.
+func rotatePassword(ctx context.Context, c *client, name string) error {
+	if _, err := c.cache(ctx, name); err != nil {
+		return err
+	}
+	token := c.now().UTC().Format("20060102T150405.000Z")
+	if err := c.patchCache(ctx, name, annotate(api.RotatePasswordAnnotation, token)); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "rotating the clients' password of %s/%s (%s=%s)\n", c.ns, name, api.RotatePasswordAnnotation, token)
+	if !c.opts.wait {
+		return nil
+	}
+	var revision string
+	err := c.waitFor(ctx, "the new password in the Secret", func() (bool, string, error) {
+		s, err := c.kube.CoreV1().Secrets(c.ns).Get(ctx, api.SecretName(name), metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		revision = s.Annotations[api.PasswordRevisionAnnotation]
+		return s.Annotations[api.PasswordRotatedForAnnotation] == token, "rotated for " + s.Annotations[api.PasswordRotatedForAnnotation], nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "new password in Secret %s/%s (revision %s); the previous one keeps working until %s's overlap ends\n",
+		c.ns, api.SecretName(name), revision, api.PreviousPasswordUntilAnnotation)
+	return nil
+}
+
+// backup creates a ManagedCacheBackup of the cache and waits for it to complete.
+func backup(ctx context.Context, c *client, name string) error {
+	mc, err := c.cache(ctx, name)
+	if err != nil {
+		return err
+	}
+	if _, ok, _ := unstructured.NestedMap(mc.Object, "spec", "backup"); !ok {
+		return fmt.Errorf("%s/%s has no spec.backup: set where backups go first", c.ns, name)
+	}
+	b := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": api.GroupVersion.String(), "kind": api.BackupKind,
+		"metadata": map[string]interface{}{"generateName": name + "-", "namespace": c.ns},
+		"spec":     map[string]interface{}{"cache": name},
+	}}
+	created, err := c.dyn.Resource(api.BackupResource).Namespace(c.ns).Create(ctx, b, metav1.CreateOptions{FieldManager: "kubectl-managedcache"})
+	if err != nil {
+		return fmt.Errorf("creating a ManagedCacheBackup: %w", err)
+	}
+	fmt.Fprintf(c.out, "ManagedCacheBackup %s/%s created\n", c.ns, created.GetName())
+	if !c.opts.wait {
+		return nil
+	}
+	start := c.now()
+	var phase, msg string
+	err = c.waitFor(ctx, "the backup to complete", func() (bool, string, error) {
+		got, err := c.dyn.Resource(api.BackupResource).Namespace(c.ns).Get(ctx, created.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		phase, _, _ = unstructured.NestedString(got.Object, "status", "phase")
+		msg, _, _ = unstructured.NestedString(got.Object, "status", "message")
+		return phase == api.BackupCompleted || phase == api.BackupFailed, "phase " + phase, nil
+	})
+	if err != nil {
+		return err
+	}
+	if phase == api.BackupFailed {
+		return fmt.Errorf("backup %s failed: %s", created.GetName(), msg)
+	}
+	fmt.Fprintf(c.out, "backup %s completed in %.1fs\n", created.GetName(), c.now().Sub(start).Seconds())
+	return nil
+}
+
+// setHibernate sets spec.hibernate and waits until the cache is hibernated (every member
+// stopped) or Ready again.
+func setHibernate(ctx context.Context, c *client, name string, on bool) error {
+	if _, err := c.cache(ctx, name); err != nil {
+		return err
+	}
+	if err := c.patchCache(ctx, name, map[string]interface{}{"spec": map[string]interface{}{"hibernate": on}}); err != nil {
+		return err
+	}
+	verb, want := "resuming", "Ready again"
+	if on {
+		verb, want = "hibernating", "every member stopped"
+	}
+	fmt.Fprintf(c.out, "%s %s/%s\n", verb, c.ns, name)
+	if !c.opts.wait {
+		return nil
+	}
+	start := c.now()
+	err := c.waitFor(ctx, want, func() (bool, string, error) {
+		mc, err := c.cache(ctx, name)
+		if err != nil {
+			return false, "", err
+		}
+		if on {
+			s, _, _ := conditionOf(mc, "Hibernated")
+			return s == "True", readyLine(mc), nil
+		}
+		s, _, _ := conditionOf(mc, api.ConditionReady)
+		_, resuming, _ := unstructured.NestedMap(mc.Object, "status", "hibernation")
+		return s == "True" && !resuming, readyLine(mc), nil
+	})
+	if err != nil {
+		return err
+	}
+	mc, err := c.cache(ctx, name)
+	if err != nil {
+		return err
+	}
+	primary, _, _ := unstructured.NestedString(mc.Object, "status", "primary")
+	if on {
+		fmt.Fprintf(c.out, "hibernated in %.1fs: no member runs; volumes, Secret and Services kept\n", c.now().Sub(start).Seconds())
+	} else {
+		fmt.Fprintf(c.out, "Ready in %.1fs with %s as primary\n", c.now().Sub(start).Seconds(), primary)
+	}
+	return nil
+}
+
+func readyLine(mc *unstructured.Unstructured) string {
+	s, r, m := conditionOf(mc, api.ConditionReady)
+	return fmt.Sprintf("%s (%s: %s)", orDash(s), orDash(r), m)
+}
