@@ -141,6 +141,7 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 			metrics.DataReset(keys)
 		}
 		logger.Info("Restarting every member at once: the data cannot survive the version change", "members", act.DeleteAll, "keys", keys, "why", act.DegradedMessage)
+		mem.lastPrimary = "" // the new members elect a primary: no failover
 		for _, name := range act.DeleteAll {
 			if err := c.deletePodWithin(ctx, mc.GetNamespace(), byName[name], 1); err != nil {
 				return acted, err

@@ -51,7 +51,7 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		c.store.setSample(key, metrics.CacheSample{}, false)
 		c.publish(key, View{})
 		mem := c.store.mem(key)
-		mem.unhealthySince = time.Time{}
+		mem.unhealthySince, mem.lastPrimary = time.Time{}, ""
 		logger.V(3).Info("Member pass waits for an event", "why", "hibernating")
 		return 0, nil
 	}
@@ -114,7 +114,7 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	}
 	now := time.Now()
 	if p := roles.HealthyPrimary(members); p != nil {
-		mem.unhealthySince, mem.lastPrimaryOffset, mem.lastPrimaryHistory = time.Time{}, p.Repl.Offset, p.Repl.ReplID
+		mem.unhealthySince, mem.lastPrimaryOffset, mem.lastPrimaryHistory, mem.lastPrimary = time.Time{}, p.Repl.Offset, p.Repl.ReplID, p.Name
 	} else if mem.unhealthySince.IsZero() {
 		mem.unhealthySince = now
 		// A leader that just took over continues its predecessor's wait, from the cache's status:
@@ -127,7 +127,7 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	v := roles.View{
 		Now: now, Members: members, Delay: spec.FailoverDelay, UnhealthySince: mem.unhealthySince,
 		SwitchoverTo: mc.GetAnnotations()[api.SwitchoverAnnotation], UpdateRevision: updateRevision,
-		Replicas: int(spec.Replicas), History: mem.lastPrimaryHistory,
+		Replicas: int(spec.Replicas), History: mem.lastPrimaryHistory, LastPrimary: mem.lastPrimary,
 	}
 	if rs := api.RestoreStatusOf(mc); spec.Restore != nil && (rs == nil || rs.Phase != api.RestoreCompleted) {
 		v.RestoreFrom = api.RestoreMember(mc.GetName())

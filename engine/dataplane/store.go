@@ -19,8 +19,10 @@ import (
 type roleMemory struct {
 	unhealthySince    time.Time
 	lastPrimaryOffset int64
-	// lastPrimaryHistory is the replication ID of the last healthy primary seen.
-	lastPrimaryHistory string
+	// lastPrimaryHistory is the replication ID of the last healthy primary seen; lastPrimary its
+	// name (cleared when the cache hibernates or resets: its next primary is elected, not a
+	// failover's).
+	lastPrimaryHistory, lastPrimary string
 	// live is the cache's live settings as last read from its ConfigMap (at liveRV), and
 	// liveChecked, per member (by pod UID), the revision last found or made current, and when.
 	liveRV      string

@@ -144,7 +144,15 @@ func status(ctx context.Context, c *client, name string) error {
 		fmt.Fprintln(w, "  none")
 	}
 	for _, e := range recent {
-		fmt.Fprintf(w, "  %s ago\t%s/%s\t%s: %s\n", ago(c.now().Sub(eventTime(e))), e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+		msg, _, _ := strings.Cut(e.Message, "\n")
+		if len(msg) > 160 {
+			msg = msg[:157] + "..."
+		}
+		count := ""
+		if e.Count > 1 {
+			count = fmt.Sprintf(" (x%d)", e.Count)
+		}
+		fmt.Fprintf(w, "  %s ago\t%s/%s\t%s%s: %s\n", ago(c.now().Sub(eventTime(e))), e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, count, msg)
 	}
 	return nil
 }

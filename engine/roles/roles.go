@@ -99,6 +99,11 @@ type View struct {
 	// before it hibernated): elected once it answers, has loaded its data and holds keys (or no
 	// member does); waited for up to RestoreWait, then the election goes on without it.
 	Prefer string
+	// LastPrimary is the member the caller last saw as the healthy primary ("": none since it
+	// started, or since the cache hibernated or reset). With no member labelled primary, it is the
+	// primary that is gone: a pod deleted and made anew loses its label, and replacing it is a
+	// failover, not a first election.
+	LastPrimary string
 }
 
 // RestoreWait is how long a restored cache's first primary waits, at most, for every member to
@@ -235,6 +240,13 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 				// Gone for sure, not merely slow: a deleted pod, a server that is not running,
 				// or one that restarted (members start as replicas).
 				restarted = true
+			}
+		}
+		if from == "" && v.LastPrimary != "" {
+			m, present := byName[v.LastPrimary]
+			if !present || !m.IsPrimary() {
+				from = v.LastPrimary
+				restarted = !present || m.Deleting || m.Stopped || (m.Observed && m.Repl.Role == member.Replica)
 			}
 		}
 		allAnswer := true

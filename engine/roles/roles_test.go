@@ -400,3 +400,31 @@ func TestResumeElectsThePrimaryBeforeHibernation(t *testing.T) {
 		t.Errorf("c-1 empty: primary %q; want c-0", got.Primary)
 	}
 }
+
+// A primary whose pod was deleted and made anew has lost its label: with the last healthy primary
+// known, replacing it is a failover from it (reported and counted as one), after the delay while
+// its new pod does not answer, at once when it answers as a replica or is gone.
+func TestPrimaryReplacedWithoutItsLabelIsAFailover(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ip0 := "198.18.0.1"
+	members := []Member{m(0, "replica", replicaOf(ip0, 900, 10, false)), m(1, "replica", replicaOf(ip0, 1000, 10, false)), m(2, "", nil)}
+	v := View{Now: now, Members: members, Delay: 3 * time.Second, UnhealthySince: now.Add(-time.Second), UpdateRevision: "r1", Replicas: 3, History: "h1"}
+	if got := Decide(v, 1000); got.From != "" {
+		t.Fatalf("without LastPrimary: from %q; want a plain election (the case must tell the difference)", got.From)
+	}
+	v.LastPrimary = "c-2"
+	got := Decide(v, 1000)
+	if got.Primary != "" || got.Degraded != ReasonPrimaryUnreachable || !got.WaitUntil.Equal(now.Add(2*time.Second)) {
+		t.Errorf("c-2's new pod silent for 1 s: primary %q degraded %q wait %v; want the delay waited out", got.Primary, got.Degraded, got.WaitUntil)
+	}
+	v.UnhealthySince = now.Add(-5 * time.Second)
+	got = Decide(v, 1000)
+	if got.Primary != "c-1" || got.From != "c-2" || !got.Promote || got.Degraded != ReasonFailingOver {
+		t.Errorf("after the delay: primary %q from %q promote %v degraded %q; want a failover from c-2 to c-1", got.Primary, got.From, got.Promote, got.Degraded)
+	}
+	// Its pod gone from the informer altogether: at once.
+	v.UnhealthySince, v.Members = now.Add(-time.Second), members[:2]
+	if got := Decide(v, 1000); got.Primary != "c-1" || got.From != "c-2" {
+		t.Errorf("c-2's pod gone: primary %q from %q; want a failover from c-2 to c-1 at once", got.Primary, got.From)
+	}
+}
