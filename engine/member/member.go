@@ -9,7 +9,6 @@
 package member
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -197,7 +196,6 @@ func ObserveWith(ctx context.Context, c *redis.Client) (Replication, error) {
 	if err != nil {
 		return r, fmt.Errorf("member %s: %w", c.Options().Addr, err)
 	}
-	r.Keys = ParseKeys(info)
 	return r, nil
 }
 
@@ -339,34 +337,72 @@ func ParseSettings(text string) (map[string]string, []string, error) {
 	return settings, names, nil
 }
 
-// ParseReplication reads the text of INFO replication (and persistence, memory, stats and
-// clients, when there).
+// ParseReplication reads the text of INFO replication (and persistence, memory, stats, clients
+// and keyspace, when there), in one pass over the text that keeps no field it does not use.
 func ParseReplication(info string) (Replication, error) {
-	fields := infoFields(info)
 	var r Replication
-	number := func(name string) int64 { n, _ := strconv.ParseInt(fields[name], 10, 64); return n }
-	r.Stats = Stats{
-		UsedMemory: number("used_memory"), MaxMemory: number("maxmemory"),
-		EvictedKeys: number("evicted_keys"), ExpiredKeys: number("expired_keys"), Clients: number("connected_clients"),
-	}
-	r.Loading = fields["loading"] == "1"
-	r.AOFOff = fields["aof_enabled"] == "0"
-	r.AOFRewriting = fields["aof_rewrite_in_progress"] == "1" || fields["aof_rewrite_scheduled"] == "1"
-	r.ReplID, r.ReplID2 = fields["master_replid"], fields["master_replid2"]
-	r.SecondOffset, _ = strconv.ParseInt(fields["second_repl_offset"], 10, 64)
-	switch Role(fields["role"]) {
+	var role, loading, aofEnabled, rewriting, scheduled, linkStatus, syncing string
+	var primaryOffset, replicaOffset int64
+	number := func(v string) int64 { n, _ := strconv.ParseInt(v, 10, 64); return n }
+	eachField(info, func(k, v string) {
+		switch k {
+		case "role":
+			role = v
+		case "loading":
+			loading = v
+		case "aof_enabled":
+			aofEnabled = v
+		case "aof_rewrite_in_progress":
+			rewriting = v
+		case "aof_rewrite_scheduled":
+			scheduled = v
+		case "master_replid":
+			r.ReplID = v
+		case "master_replid2":
+			r.ReplID2 = v
+		case "second_repl_offset":
+			r.SecondOffset = number(v)
+		case "master_repl_offset":
+			primaryOffset = number(v)
+		case "slave_repl_offset":
+			replicaOffset = number(v)
+		case "connected_slaves":
+			r.Replicas = int(number(v))
+		case "master_host":
+			r.PrimaryHost = v
+		case "master_port":
+			r.PrimaryPort = int(number(v))
+		case "master_link_status":
+			linkStatus = v
+		case "master_sync_in_progress":
+			syncing = v
+		case "used_memory":
+			r.Stats.UsedMemory = number(v)
+		case "maxmemory":
+			r.Stats.MaxMemory = number(v)
+		case "evicted_keys":
+			r.Stats.EvictedKeys = number(v)
+		case "expired_keys":
+			r.Stats.ExpiredKeys = number(v)
+		case "connected_clients":
+			r.Stats.Clients = number(v)
+		default:
+			if strings.HasPrefix(k, "db") {
+				r.Keys += dbKeys(v)
+			}
+		}
+	})
+	r.Loading = loading == "1"
+	r.AOFOff = aofEnabled == "0"
+	r.AOFRewriting = rewriting == "1" || scheduled == "1"
+	switch Role(role) {
 	case Primary:
-		r.Role = Primary
-		r.Offset, _ = strconv.ParseInt(fields["master_repl_offset"], 10, 64)
-		r.Replicas, _ = strconv.Atoi(fields["connected_slaves"])
+		r.Role, r.Offset = Primary, primaryOffset
 	case Replica:
-		r.Role = Replica
-		r.Offset, _ = strconv.ParseInt(fields["slave_repl_offset"], 10, 64)
-		r.PrimaryHost = fields["master_host"]
-		r.PrimaryPort, _ = strconv.Atoi(fields["master_port"])
-		r.LinkUp = fields["master_link_status"] == "up" && fields["master_sync_in_progress"] == "0"
+		r.Role, r.Offset = Replica, replicaOffset
+		r.LinkUp = linkStatus == "up" && syncing == "0"
 	default:
-		return r, fmt.Errorf("INFO replication: unknown role %q", fields["role"])
+		return r, fmt.Errorf("INFO replication: unknown role %q", role)
 	}
 	return r, nil
 }
@@ -375,30 +411,37 @@ func ParseReplication(info string) (Replication, error) {
 // (db0:keys=3,expires=0,avg_ttl=0).
 func ParseKeys(info string) int64 {
 	var n int64
-	for k, v := range infoFields(info) {
-		if !strings.HasPrefix(k, "db") {
-			continue
+	eachField(info, func(k, v string) {
+		if strings.HasPrefix(k, "db") {
+			n += dbKeys(v)
 		}
-		for _, part := range strings.Split(v, ",") {
-			if name, val, ok := strings.Cut(part, "="); ok && name == "keys" {
-				c, _ := strconv.ParseInt(val, 10, 64)
-				n += c
-			}
-		}
-	}
+	})
 	return n
 }
 
-func infoFields(info string) map[string]string {
-	fields := map[string]string{}
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, "#") {
-			fields[k] = v
+// dbKeys is the keys= count of one INFO keyspace line's value.
+func dbKeys(v string) int64 {
+	for part := range strings.SplitSeq(v, ",") {
+		if name, val, ok := strings.Cut(part, "="); ok && name == "keys" {
+			c, _ := strconv.ParseInt(val, 10, 64)
+			return c
 		}
 	}
-	return fields
+	return 0
+}
+
+// eachField calls f with each "key:value" line of an INFO reply (comments and blank lines
+// skipped); key and value are slices of info, not copies.
+func eachField(info string, f func(k, v string)) {
+	for line := range strings.SplitSeq(info, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			f(k, v)
+		}
+	}
 }
 
 // Forget closes the client of the member at addr, if there is one.

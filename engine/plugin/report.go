@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/httpstream"
@@ -82,7 +83,11 @@ func report(ctx context.Context, c *client, name string) error {
 		addObject(fmt.Sprintf("children/%s-%s.yaml", strings.TrimSuffix(ch.gvr.Resource, "s"), ch.name), obj.Object)
 	}
 	// Secrets: their metadata and the names of their keys, never a value.
-	for _, sn := range []string{api.SecretName(name), api.TLSSecretName(name)} {
+	secrets := []string{api.SecretName(name)}
+	if tls, _, _ := unstructured.NestedBool(mc.Object, "spec", "tls", "enabled"); tls {
+		secrets = append(secrets, api.TLSSecretName(name))
+	}
+	for _, sn := range secrets {
 		s, err := c.kube.CoreV1().Secrets(ns).Get(ctx, sn, metav1.GetOptions{})
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("secret %s: %v", sn, err))
