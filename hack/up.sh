@@ -143,5 +143,8 @@ The cache is Ready. Next:
   bin/cluster/kubectl scale managedcache/sessions -n shop --replicas=5
   tail -f $log          # the operator's log
   curl -s 127.0.0.1:8080/metrics | grep ^cache_operator   # its metrics
+  export PATH=\$PWD/bin:\$PATH    # the kubectl plugin: bin/kubectl-managedcache, bin/kubectl-mc
+  bin/cluster/kubectl managedcache status sessions -n shop   # members, lag, memory, failovers
+  bin/cluster/kubectl managedcache report sessions -n shop --operator-log $log   # a bug report tarball
   make down             # stop the operator and the cluster
 MSG
