@@ -333,7 +333,7 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 	if err := c.ApplyServerSide(ctx, doc); err != nil {
 		t.Fatal(err)
 	}
-	waitCacheReady(t, c, ns, "sessions", 3, 3*time.Minute)
+	c.WaitCacheReady(t, ns, "sessions", 3, 3*time.Minute)
 	t.Logf("a cache of 3 on the real nodes Ready %.1f s after it was created", time.Since(start).Seconds())
 	for _, o := range installed() {
 		if _, err := c.Dynamic.Resource(o.gvr).Namespace(o.namespace).Get(ctx, o.name, metav1.GetOptions{}); err != nil {
@@ -359,7 +359,7 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 	if err := c.ApplyServerSide(ctx, strings.ReplaceAll(strings.ReplaceAll(doc, "sessions", "after-upgrade"), "replicas: 3", "replicas: 1")); err != nil {
 		t.Fatal(err)
 	}
-	waitCacheReady(t, c, ns, "after-upgrade", 1, 3*time.Minute)
+	c.WaitCacheReady(t, ns, "after-upgrade", 1, 3*time.Minute)
 
 	out, err = run(t, env, helm, "uninstall", "cache-operator", "--namespace", opNS, "--wait", "--timeout=2m")
 	if err != nil {
@@ -413,20 +413,3 @@ func waitDeployment(t *testing.T, c *framework.Cluster, replicas int32, timeout 
 	})
 }
 
-func waitCacheReady(t *testing.T, c *framework.Cluster, ns, name string, want int64, timeout time.Duration) {
-	t.Helper()
-	framework.Eventually(t, timeout, fmt.Sprintf("ManagedCache %s/%s Ready with %d members", ns, name, want), func() (bool, string, error) {
-		mc, err := c.Dynamic.Resource(mcV2).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		ready, _, _ := unstructured.NestedInt64(mc.Object, "status", "readyReplicas")
-		conds, _, _ := unstructured.NestedSlice(mc.Object, "status", "conditions")
-		for _, cond := range conds {
-			if m, ok := cond.(map[string]interface{}); ok && m["type"] == "Ready" {
-				return m["status"] == "True" && ready == want, fmt.Sprintf("Ready %v (%v), %d ready", m["status"], m["reason"], ready), nil
-			}
-		}
-		return false, "no Ready condition", nil
-	})
-}

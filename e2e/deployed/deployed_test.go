@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -128,26 +127,6 @@ func apply(t *testing.T, c *framework.Cluster, doc string) {
 	}
 }
 
-// waitCacheReady waits for the cache's Ready condition with readyReplicas = want.
-func waitCacheReady(t *testing.T, c *framework.Cluster, ns, name string, want int64, timeout time.Duration) {
-	t.Helper()
-	framework.Eventually(t, timeout, fmt.Sprintf("ManagedCache %s/%s Ready with %d members", ns, name, want), func() (bool, string, error) {
-		mc, err := c.Dynamic.Resource(mcV2).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		ready, _, _ := unstructured.NestedInt64(mc.Object, "status", "readyReplicas")
-		conds, _, _ := unstructured.NestedSlice(mc.Object, "status", "conditions")
-		for _, cond := range conds {
-			m := cond.(map[string]interface{})
-			if m["type"] == "Ready" {
-				return m["status"] == "True" && ready == want, fmt.Sprintf("Ready=%v (%v), readyReplicas %d", m["status"], m["message"], ready), nil
-			}
-		}
-		return false, "no Ready condition", nil
-	})
-}
-
 // serviceRecreated deletes the cache's Service and waits until the operator has recreated it:
 // proof that a leader reconciles. It returns how long that took.
 func serviceRecreated(t *testing.T, c *framework.Cluster, ns, name string, timeout time.Duration) time.Duration {
@@ -240,7 +219,7 @@ func TestDeployedOperator(t *testing.T) {
 	t.Logf("deployed: 2 replicas Ready %v after kubectl apply began", time.Since(start).Round(100*time.Millisecond))
 	ns := c.RealNamespace(t, "deployed")
 	apply(t, c, cacheDoc(ns, "sessions", 3))
-	waitCacheReady(t, c, ns, "sessions", 3, 3*time.Minute)
+	c.WaitCacheReady(t, ns, "sessions", 3, 3*time.Minute)
 	t.Logf("the cache on the real nodes Ready %v after the deploy began", time.Since(start).Round(100*time.Millisecond))
 	pods, err := c.Kube.CoreV1().Pods(opNS).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
@@ -285,7 +264,7 @@ func TestDeployedOperator(t *testing.T) {
 		if failedReads > 0 {
 			t.Errorf("%d of %d conversion reads failed during the rolling upgrade; first: %s", failedReads, okReads+failedReads, first)
 		}
-		waitCacheReady(t, c, ns, "during-upgrade", 1, 2*time.Minute)
+		c.WaitCacheReady(t, ns, "during-upgrade", 1, 2*time.Minute)
 		serviceRecreated(t, c, ns, "sessions", time.Minute)
 		if w := warnings(t, c, ns, t0); len(w) > 0 {
 			t.Errorf("Warning Events during the upgrade (a failed reconcile): %v", w)
@@ -319,7 +298,7 @@ func TestDeployedOperator(t *testing.T) {
 		waitAvailable(t, c, 3*time.Minute)
 		t.Logf("all operator pods deleted at once: both Ready again %v later", time.Since(t0).Round(100*time.Millisecond))
 		for i := 0; i < 3; i++ {
-			waitCacheReady(t, c, ns, fmt.Sprintf("old-%d", i), 1, 2*time.Minute)
+			c.WaitCacheReady(t, ns, fmt.Sprintf("old-%d", i), 1, 2*time.Minute)
 		}
 		framework.Eventually(t, time.Minute, "the storage migration to record only v2", func() (bool, string, error) {
 			s := storedVersions(t, c)
@@ -337,7 +316,7 @@ func TestDeployedOperator(t *testing.T) {
 		waitPodsReadySince(t, c, opNS, selector, 2, began)
 		t.Logf("after the restart: both operator replicas running again and Ready in %v", time.Since(t0).Round(100*time.Millisecond))
 		waitPodsReadySince(t, c, ns, "app.kubernetes.io/instance=sessions", 3, began)
-		waitCacheReady(t, c, ns, "sessions", 3, 3*time.Minute)
+		c.WaitCacheReady(t, ns, "sessions", 3, 3*time.Minute)
 		t.Logf("after the restart: the cache's members Ready again in %v", time.Since(t0).Round(100*time.Millisecond))
 		t.Logf("after the restart: a change reconciled %v later (a new leader waits for the killed leader's lease to expire)",
 			serviceRecreated(t, c, ns, "sessions", time.Minute).Round(100*time.Millisecond))

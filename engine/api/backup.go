@@ -7,7 +7,6 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -118,15 +117,7 @@ type BackupStatus struct {
 
 // RestoreStatusOf reads status.restore of a cache (nil: none).
 func RestoreStatusOf(mc *unstructured.Unstructured) *RestoreStatus {
-	raw, ok, _ := unstructured.NestedMap(mc.Object, "status", "restore")
-	if !ok {
-		return nil
-	}
-	var r RestoreStatus
-	if runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &r) != nil {
-		return nil
-	}
-	return &r
+	return statusField[RestoreStatus](mc, "restore")
 }
 
 // ParseSchedule parses spec.backup.schedule: five cron fields, in UTC, or a descriptor (@hourly,

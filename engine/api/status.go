@@ -17,15 +17,10 @@ type FailoverStatus struct {
 
 // LastFailoverOf reads status.lastFailover of a cache (nil: none).
 func LastFailoverOf(mc *unstructured.Unstructured) *FailoverStatus {
-	raw, ok, _ := unstructured.NestedMap(mc.Object, "status", "lastFailover")
-	if !ok {
-		return nil
+	if f := statusField[FailoverStatus](mc, "lastFailover"); f != nil && f.To != "" {
+		return f
 	}
-	var f FailoverStatus
-	if runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &f) != nil || f.To == "" {
-		return nil
-	}
-	return &f
+	return nil
 }
 
 // HibernationStatus is status.hibernation: set while a cache hibernates or resumes.
@@ -38,13 +33,18 @@ type HibernationStatus struct {
 
 // HibernationOf reads status.hibernation of a cache (nil: none).
 func HibernationOf(mc *unstructured.Unstructured) *HibernationStatus {
-	raw, ok, _ := unstructured.NestedMap(mc.Object, "status", "hibernation")
+	return statusField[HibernationStatus](mc, "hibernation")
+}
+
+// statusField reads status.<field> of a cache into a T (nil: absent, or not of that shape).
+func statusField[T any](mc *unstructured.Unstructured, field string) *T {
+	raw, ok, _ := unstructured.NestedMap(mc.Object, "status", field)
 	if !ok {
 		return nil
 	}
-	var h HibernationStatus
-	if runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &h) != nil {
+	var v T
+	if runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &v) != nil {
 		return nil
 	}
-	return &h
+	return &v
 }
