@@ -412,4 +412,3 @@ func waitDeployment(t *testing.T, c *framework.Cluster, replicas int32, timeout 
 			fmt.Sprintf("replicas %d, updated %d, ready %d", s.Replicas, s.UpdatedReplicas, s.ReadyReplicas), nil
 	})
 }
-
