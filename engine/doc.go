@@ -10,7 +10,9 @@
 //     and how it holds them: packed, with lookups by name;
 //   - controller: the reconcile loop that ties render, ssa and informers together (one queue of
 //     cache keys, ownership, the Secret written once, storage growth, the finalizer, the verified
-//     pass) and every status condition, each decided in one place (conditions.go);
+//     pass, the status written);
+//   - status: a cache's status computed from what a reconcile saw, every condition decided in one
+//     place (conditions.go), hibernation's steps, and which changes are progress only;
 //   - credentials: the cache's Secret, read in one place; passwords generated once, rotated with
 //     an overlap, refused with a reason; what each member's users are to accept;
 //   - roles: who the primary is and what to do next, as one pure function (elections, failover,

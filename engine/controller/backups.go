@@ -9,12 +9,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/backups"
 	"example.com/cache-operator/engine/dataplane"
 	"example.com/cache-operator/engine/metrics"
+	"example.com/cache-operator/engine/status"
 )
 
 // Backups is what the controller asks of the backups (package backups): a cache's backup status
@@ -61,7 +63,7 @@ func (c *Controller) resolveRestore(ctx context.Context, mc *unstructured.Unstru
 	rs, err := c.backups.ResolveRestore(ctx, mc, spec)
 	if err != nil {
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRestorePending, "Waiting for the restore's source: %v", err)
-		st := invalidStatus(mc, ReasonRestorePending, "waiting for the restore's source: "+err.Error())
+		st := status.Invalid(mc, ReasonRestorePending, "waiting for the restore's source: "+err.Error())
 		st.Restore = &api.RestoreStatus{Message: err.Error()}
 		if werr := c.writeStatus(ctx, mc, st); werr != nil {
 			return nil, false, werr
@@ -77,7 +79,7 @@ func (c *Controller) resolveRestore(ctx context.Context, mc *unstructured.Unstru
 		c.recorder.Eventf(mc, corev1.EventTypeNormal, "RestoreStarted", "Restoring %s (%d bytes, %d keys, %s) into %s", rs.Location, rs.Bytes, rs.Keys, rs.Version, api.RestoreMember(mc.GetName()))
 	}
 	out := mc.DeepCopy()
-	raw, err := toUnstructured(rs)
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(rs)
 	if err != nil {
 		return nil, false, err
 	}
@@ -89,7 +91,7 @@ func (c *Controller) resolveRestore(ctx context.Context, mc *unstructured.Unstru
 
 // backupStatus fills status.backup, status.restore (as advanceRestore left it) and the conditions
 // they bring.
-func (c *Controller) backupStatus(mc *unstructured.Unstructured, spec api.Spec, s *cacheStatus, view dataplane.View, viewOK bool) {
+func (c *Controller) backupStatus(mc *unstructured.Unstructured, spec api.Spec, s *status.Status, view dataplane.View, viewOK bool) {
 	s.Restore = api.RestoreStatusOf(mc)
 	if c.backups != nil {
 		b, cond := c.backups.Status(mc)
@@ -107,9 +109,9 @@ func (c *Controller) backupStatus(mc *unstructured.Unstructured, spec api.Spec, 
 	gen := mc.GetGeneration()
 	switch rs.Phase {
 	case api.RestoreFailed:
-		s.setReady(gen, false, ReasonRestoreFailed, "the restore failed; no member takes writes: "+rs.Message)
+		s.SetReady(gen, false, ReasonRestoreFailed, "the restore failed; no member takes writes: "+rs.Message)
 	case api.RestoreRunning:
-		s.setReady(gen, false, ReasonRestoring, "restoring "+rs.Location+": "+rs.Message)
+		s.SetReady(gen, false, ReasonRestoring, "restoring "+rs.Location+": "+rs.Message)
 	}
 }
 
@@ -147,7 +149,7 @@ func (c *Controller) advanceRestore(mc *unstructured.Unstructured, spec api.Spec
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore of %s failed: %s", rs.Location, next.Message)
 		metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "failed")
 	}
-	raw, err := toUnstructured(&next)
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&next)
 	if err != nil {
 		return mc
 	}
@@ -183,7 +185,7 @@ func (c *Controller) cleanupBackups(ctx context.Context, mc *unstructured.Unstru
 	msg := fmt.Sprintf("%v; retrying with backoff. To release the cache and leave its backups in the bucket: kubectl patch managedcache %s -n %s --type=merge -p '{\"metadata\":{\"finalizers\":[]}}'",
 		err, mc.GetName(), mc.GetNamespace())
 	c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonCleanupFailed, "Deleting the backups: %s", msg)
-	st := statusOf(mc)
+	st := status.Of(mc)
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: backups.ConditionBackupsReady, Status: metav1.ConditionFalse,
 		Reason: ReasonCleanupFailed, Message: msg, ObservedGeneration: mc.GetGeneration()})
 	if werr := c.writeStatus(ctx, mc, st); werr != nil {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/status"
 )
 
 // Children that the create finds already there: someone else's, or ours before the informer
@@ -43,8 +44,8 @@ func TestChildOwnedByOtherIsNotAdopted(t *testing.T) {
 		t.Errorf("the foreign Service changed: %v %v", got, err)
 	}
 	live, _ := f.client.Resource(api.Resource).Namespace("shop").Get(context.Background(), "sessions", metav1.GetOptions{})
-	st := statusOf(live)
-	if c := meta.FindStatusCondition(st.Conditions, ConditionReady); c == nil || c.Reason != "ServiceFailed" ||
+	st := status.Of(live)
+	if c := meta.FindStatusCondition(st.Conditions, status.ConditionReady); c == nil || c.Reason != "ServiceFailed" ||
 		!strings.Contains(c.Message, "Service/shop/sessions exists and is controlled by Deployment web") {
 		t.Errorf("Ready condition %+v, want ServiceFailed naming the Deployment", c)
 	}
@@ -76,7 +77,7 @@ func TestChildTheInformerHasNotSeenIsRetriedQuietly(t *testing.T) {
 		t.Errorf("Events %q; want no Warning for a cache that is behind", ev)
 	}
 	live, _ := f.client.Resource(api.Resource).Namespace("shop").Get(context.Background(), "sessions", metav1.GetOptions{})
-	if c := meta.FindStatusCondition(statusOf(live).Conditions, ConditionReady); c != nil && strings.HasSuffix(c.Reason, "Failed") {
+	if c := meta.FindStatusCondition(status.Of(live).Conditions, status.ConditionReady); c != nil && strings.HasSuffix(c.Reason, "Failed") {
 		t.Errorf("Ready condition %+v; want no failure for a cache that is behind", c)
 	}
 }

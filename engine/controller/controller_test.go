@@ -23,11 +23,10 @@ import (
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/credentials"
-	"example.com/cache-operator/engine/dataplane"
 	"example.com/cache-operator/engine/informers"
 	"example.com/cache-operator/engine/internal/testobj"
 	"example.com/cache-operator/engine/render"
-	"example.com/cache-operator/engine/roles"
+	"example.com/cache-operator/engine/status"
 	"example.com/cache-operator/templates"
 )
 
@@ -243,71 +242,6 @@ func TestFinalizerOnlyForRealWork(t *testing.T) {
 	}
 	if got := out.GetFinalizers(); len(got) != 1 || got[0] != api.Finalizer {
 		t.Errorf("with cleanup work: finalizers %v", got)
-	}
-}
-
-// Status: Ready only when the StatefulSet runs exactly the wanted members, all ready and updated.
-func TestStatus(t *testing.T) {
-	mc := newCache("sessions")
-	spec, err := api.SpecFrom(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sts := func(replicas, ready, updated int64) *unstructured.Unstructured {
-		s := child("apps/v1", "StatefulSet", "sessions", mc)
-		s.SetGeneration(2)
-		s.Object["status"] = map[string]interface{}{"observedGeneration": int64(2), "replicas": replicas,
-			"readyReplicas": ready, "updatedReplicas": updated}
-		return s
-	}
-	for _, tc := range []struct {
-		name         string
-		sts          *unstructured.Unstructured
-		ready        bool
-		readyMembers int64
-		reason       string
-	}{
-		{"no StatefulSet yet", nil, false, 0, ReasonWaitingForReplicas},
-		{"starting", sts(3, 1, 3), false, 1, ReasonWaitingForReplicas},
-		{"all ready", sts(3, 3, 3), true, 3, ReasonAllReplicasReady},
-		{"rolling", sts(3, 3, 2), false, 3, ReasonWaitingForReplicas},
-		{"scaling down from 5", sts(5, 5, 5), false, 3, ReasonWaitingForReplicas},
-	} {
-		s := newStatus(mc, spec, api.DefaultClusterDomain, tc.sts, nil, dataplane.View{Primary: "sessions-0"}, true, "", "")
-		c := meta.FindStatusCondition(s.Conditions, ConditionReady)
-		if (c.Status == metav1.ConditionTrue) != tc.ready || c.Reason != tc.reason || s.ReadyReplicas != tc.readyMembers {
-			t.Errorf("%s: Ready %s/%s (%s), readyReplicas %d; want ready %v, %s, %d", tc.name, c.Status, c.Reason, c.Message,
-				s.ReadyReplicas, tc.ready, tc.reason, tc.readyMembers)
-		}
-		if s.Endpoint != "sessions-rw.shop.svc.cluster.local:6379" || s.ReadEndpoint != "sessions-ro.shop.svc.cluster.local:6379" || s.ObservedGeneration != 1 {
-			t.Errorf("%s: endpoint %q, read endpoint %q, observedGeneration %d", tc.name, s.Endpoint, s.ReadEndpoint, s.ObservedGeneration)
-		}
-	}
-	// Ready needs a primary: none found by the member pass, or no member pass yet (then the
-	// change is progress, written with the primary when the pass comes).
-	for _, tc := range []struct {
-		name   string
-		viewOK bool
-		reason string
-	}{{"the member pass found no primary", true, roles.ReasonNoPrimary}, {"no member pass yet", false, ReasonWaitingForReplicas}} {
-		s := newStatus(mc, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, dataplane.View{}, tc.viewOK, "", "")
-		if c := meta.FindStatusCondition(s.Conditions, ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != tc.reason {
-			t.Errorf("%s: Ready %s/%s (%s); want False/%s", tc.name, c.Status, c.Reason, c.Message, tc.reason)
-		}
-	}
-	// A status that is already right is not written again; lastTransitionTime stays.
-	s := newStatus(mc, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, dataplane.View{Primary: "sessions-0"}, true, "", "")
-	updated, err := withStatus(mc, s)
-	if err != nil || updated == nil {
-		t.Fatalf("first status: %v", err)
-	}
-	again := newStatus(updated, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, dataplane.View{Primary: "sessions-0"}, true, "", "")
-	if u, _ := withStatus(updated, again); u != nil {
-		t.Error("an unchanged status would be written again")
-	}
-	// A new leader, before its first member pass, keeps what status says: nothing to write.
-	if u, _ := withStatus(updated, newStatus(updated, spec, api.DefaultClusterDomain, sts(3, 3, 3), nil, dataplane.View{}, false, "", "")); u != nil {
-		t.Errorf("before the first member pass, status would be rewritten: %v", u.Object["status"])
 	}
 }
 
@@ -549,32 +483,9 @@ func TestVerifiedPassSkipsTheComparison(t *testing.T) {
 	}
 }
 
-// Progress (the ready count, members, a message) waits for the pace; a user-facing change (a
-// condition's status or reason, the generation, the primary) is written at once.
+// Progress waits for the pace (statusProgressInterval); a write the informer cache does not
+// show yet is what the next reconcile starts from.
 func TestStatusWritesArePaced(t *testing.T) {
-	base := cacheStatus{ObservedGeneration: 1, ReadyReplicas: 1, Primary: "c-0"}
-	base.setReady(1, false, ReasonWaitingForReplicas, "1/3 replicas ready")
-	moved := base
-	moved.Conditions = append([]metav1.Condition(nil), base.Conditions...)
-	moved.ReadyReplicas = 2
-	moved.setReady(1, false, ReasonWaitingForReplicas, "2/3 replicas ready")
-	ready := moved
-	ready.Conditions = append([]metav1.Condition(nil), base.Conditions...)
-	ready.setReady(1, true, ReasonAllReplicasReady, "3/3 replicas ready")
-	newGen := base
-	newGen.ObservedGeneration = 2
-	newPrimary := base
-	newPrimary.Primary = "c-1"
-	for _, tc := range []struct {
-		name string
-		cur  cacheStatus
-		want bool
-	}{{"ready count and message", moved, false}, {"Ready flips", ready, true}, {"generation", newGen, true},
-		{"primary of a cache not Ready", newPrimary, false}} {
-		if got := !progress(statusChanges(base, tc.cur), isReady(base) || isReady(tc.cur)); got != tc.want {
-			t.Errorf("%s: changes %v written at once %v, want %v", tc.name, statusChanges(base, tc.cur), got, tc.want)
-		}
-	}
 	var w statusWrites
 	now := time.Now()
 	if d := w.wait("a", now); d != statusProgressInterval {
@@ -598,7 +509,7 @@ func TestStatusWritesArePaced(t *testing.T) {
 		return o
 	}
 	degradedOf := func(mc *unstructured.Unstructured) string {
-		if cd := statusCondition(mc, "Degraded"); cd != nil {
+		if cd := status.Condition(mc, "Degraded"); cd != nil {
 			return string(cd.Status)
 		}
 		return ""
@@ -641,14 +552,6 @@ func TestStatusWritesArePaced(t *testing.T) {
 	if d := w.wait("a", later.Add(statusProgressInterval)); d != 0 {
 		t.Errorf("progress first seen an interval ago waits %v", d)
 	}
-	readyBase := base
-	readyBase.Conditions = append([]metav1.Condition(nil), base.Conditions...)
-	readyBase.setReady(1, true, ReasonAllReplicasReady, "3/3 replicas ready")
-	failedOver := readyBase
-	failedOver.Primary = "c-1"
-	if progress(statusChanges(readyBase, failedOver), true) {
-		t.Error("a Ready cache's new primary is paced; want it written at once")
-	}
 	w.forget("a")
 	if d := w.wait("a", later.Add(time.Hour)); d != statusProgressInterval {
 		t.Errorf("a forgotten cache's first progress waits %v, want %v", d, statusProgressInterval)
@@ -682,44 +585,6 @@ func TestStatusOnlyUpdate(t *testing.T) {
 		}
 		if statusOnlyUpdate(old, cur) {
 			t.Errorf("%s changed: want a reconcile", name)
-		}
-	}
-}
-
-// ConfigApplied: True when every member has the ConfigMap's revision of the live settings, False
-// naming those that have not (with the first error) or saying the settings do not parse, and
-// absent when no member pass has seen a ConfigMap.
-func TestLiveSettingsCondition(t *testing.T) {
-	members := func(revs ...string) []dataplane.MemberStatus {
-		var out []dataplane.MemberStatus
-		for i, r := range revs {
-			out = append(out, dataplane.MemberStatus{Name: fmt.Sprintf("c-%d", i), Role: api.RoleReplica, ConfigRevision: r})
-		}
-		return out
-	}
-	for _, tc := range []struct {
-		name                  string
-		view                  dataplane.View
-		status, reason, inMsg string
-	}{
-		{"applied", dataplane.View{Observed: true, Live: "abc", Members: members("abc", "abc")}, "True", ReasonLiveSettingsApplied, "revision abc"},
-		{"pending", dataplane.View{Observed: true, Live: "abc", LivePending: "c-1: CONFIG SET maxmemory: boom", Members: members("abc", "old")},
-			"False", ReasonLiveSettingsPending, "c-1 not yet at the live settings of revision abc (c-1: CONFIG SET maxmemory: boom)"},
-		{"invalid", dataplane.View{Observed: true, Live: "abc", LiveError: `line 1: "maxmemory" has no value`, Members: members("", "")},
-			"False", ReasonLiveSettingsInvalid, "do not parse"},
-		{"no ConfigMap yet", dataplane.View{Observed: true, Members: members("", "")}, "", "", ""},
-	} {
-		var s cacheStatus
-		applyMemberView(&s, tc.view, true, 1)
-		cond := meta.FindStatusCondition(s.Conditions, ConditionConfigApplied)
-		switch {
-		case tc.status == "" && cond != nil:
-			t.Errorf("%s: condition %+v; want none", tc.name, *cond)
-		case tc.status == "":
-		case cond == nil:
-			t.Errorf("%s: no ConfigApplied condition", tc.name)
-		case string(cond.Status) != tc.status || cond.Reason != tc.reason || !strings.Contains(cond.Message, tc.inMsg):
-			t.Errorf("%s: %s/%s %q; want %s/%s containing %q", tc.name, cond.Status, cond.Reason, cond.Message, tc.status, tc.reason, tc.inMsg)
 		}
 	}
 }

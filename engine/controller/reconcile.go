@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"reflect"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -14,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,6 +23,7 @@ import (
 	"example.com/cache-operator/engine/informers"
 	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/ssa"
+	"example.com/cache-operator/engine/status"
 	"example.com/cache-operator/engine/storage"
 )
 
@@ -67,8 +64,8 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 
 	spec, err := api.SpecFrom(mc)
 	if err != nil {
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonInvalidSpec, "Invalid spec: %v", err)
-		return c.writeStatus(ctx, mc, invalidStatus(mc, ReasonInvalidSpec, err.Error()))
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, status.ReasonInvalidSpec, "Invalid spec: %v", err)
+		return c.writeStatus(ctx, mc, status.Invalid(mc, status.ReasonInvalidSpec, err.Error()))
 	}
 
 	var resolved bool
@@ -102,8 +99,8 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	auth.TLS = tlsd.Data
 	desired, err := c.renderer.Children(mc, spec, c.opts.Render, auth)
 	if err != nil {
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRenderFailed, "Rendering templates failed: %v", err)
-		return c.writeStatus(ctx, mc, invalidStatus(mc, ReasonRenderFailed, err.Error()))
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, status.ReasonRenderFailed, "Rendering templates failed: %v", err)
+		return c.writeStatus(ctx, mc, status.Invalid(mc, status.ReasonRenderFailed, err.Error()))
 	}
 	sortForApply(desired)
 	for _, want := range desired {
@@ -182,9 +179,10 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		c.verified.set(key, pass)
 	}
 	c.members.Enqueue(key) // the member pass follows what this reconcile wrote
-	st := newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, resize.Condition, view, viewOK, failReason, failMessage)
-	applyPasswordCondition(&st, view, viewOK, authd, mc.GetGeneration())
-	st.TLS = tlsStatusOf(mc, spec, tlsd)
+	st := status.New(mc, spec, c.opts.Render.ClusterDomain, status.Observed{StatefulSet: sts, Resizing: resize.Condition,
+		View: view, ViewOK: viewOK, FailReason: failReason, FailMessage: failMessage})
+	status.ApplyPassword(&st, view, viewOK, authd, mc.GetGeneration())
+	st.TLS = status.TLSOf(mc, spec, tlsd)
 	c.backupStatus(mc, spec, &st, view, viewOK)
 	if err := c.writeStatus(ctx, mc, st); err != nil {
 		return errors.Join(retry, err)
@@ -218,10 +216,10 @@ func (c *Controller) statusOfVerified(ctx context.Context, mc *unstructured.Unst
 	}
 	c.verifiedReconciles.Add(1)
 	c.members.Enqueue(mc.GetNamespace() + "/" + mc.GetName())
-	st := newStatus(mc, spec, c.opts.Render.ClusterDomain, sts, nil, view, viewOK, "", "")
-	applyPasswordCondition(&st, view, viewOK, credentials.Decision{}, mc.GetGeneration())
+	st := status.New(mc, spec, c.opts.Render.ClusterDomain, status.Observed{StatefulSet: sts, View: view, ViewOK: viewOK})
+	status.ApplyPassword(&st, view, viewOK, credentials.Decision{}, mc.GetGeneration())
 	if spec.TLS {
-		st.TLS = statusOf(mc).TLS // the certificates are as the verified pass decided them
+		st.TLS = status.Of(mc).TLS // the certificates are as the verified pass decided them
 	}
 	c.backupStatus(mc, spec, &st, view, viewOK)
 	if err := c.writeStatus(ctx, mc, st); err != nil {
@@ -337,18 +335,18 @@ func (c *Controller) createChild(ctx context.Context, mc, want *unstructured.Uns
 // statusProgressInterval has passed since it was first seen and since the cache's last status
 // write, and is then written with whatever came meanwhile: a cache whose pods come up one by one
 // gets one write for its Ready, not one per pod.
-func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructured, s cacheStatus) error {
+func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructured, s status.Status) error {
 	key := mc.GetNamespace() + "/" + mc.GetName()
-	updated, err := withStatus(mc, s)
+	updated, err := status.With(mc, s)
 	if err != nil || updated == nil {
 		if err == nil {
 			c.statusWrites.settled(key)
 		}
 		return err
 	}
-	old := statusOf(mc)
-	changed := statusChanges(old, s)
-	if progress(changed, isReady(old) || isReady(s)) {
+	old := status.Of(mc)
+	changed := status.Changes(old, s)
+	if status.Progress(changed, status.IsReady(old) || status.IsReady(s)) {
 		if wait := c.statusWrites.wait(key, time.Now()); wait > 0 {
 			c.queue.AddAfter(key, wait)
 			return nil
@@ -359,75 +357,15 @@ func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructu
 		return fmt.Errorf("ManagedCache/%s/%s: writing status: %w", mc.GetNamespace(), mc.GetName(), err)
 	}
 	c.statusWrites.wrote(key, mc.GetResourceVersion(), out)
-	hibernationEvents(c.recorder, mc, old, s)
+	status.HibernationEvents(c.recorder, mc, old, s)
 	ready := "Unknown"
 	for _, cond := range s.Conditions {
-		if cond.Type == ConditionReady {
+		if cond.Type == status.ConditionReady {
 			ready = cond.Reason
 		}
 	}
 	klog.FromContext(ctx).Info("Status updated", "ready", ready, "readyReplicas", s.ReadyReplicas, "changed", changed)
 	return nil
-}
-
-// statusChanges names what differs between two statuses: a field's JSON name, or a condition's
-// type with what changed in it ("Ready.status", "Ready.message").
-func statusChanges(old, cur cacheStatus) []string {
-	var out []string
-	for _, f := range []struct {
-		name string
-		same bool
-	}{
-		{"observedGeneration", old.ObservedGeneration == cur.ObservedGeneration},
-		{"readyReplicas", old.ReadyReplicas == cur.ReadyReplicas},
-		{"endpoint", old.Endpoint == cur.Endpoint},
-		{"readEndpoint", old.ReadEndpoint == cur.ReadEndpoint},
-		{"selector", old.Selector == cur.Selector},
-		{"primary", old.Primary == cur.Primary},
-		{"members", reflect.DeepEqual(old.Members, cur.Members)},
-		{"tls", reflect.DeepEqual(old.TLS, cur.TLS)},
-	} {
-		if !f.same {
-			out = append(out, f.name)
-		}
-	}
-	types := map[string]string{}
-	for _, c := range append(append([]metav1.Condition(nil), old.Conditions...), cur.Conditions...) {
-		types[c.Type] = c.Type
-	}
-	for _, t := range slices.Sorted(maps.Keys(types)) {
-		o, c := meta.FindStatusCondition(old.Conditions, t), meta.FindStatusCondition(cur.Conditions, t)
-		switch {
-		case o == nil || c == nil:
-			out = append(out, t)
-		case o.Status != c.Status || o.Reason != c.Reason || o.ObservedGeneration != c.ObservedGeneration:
-			out = append(out, t+".status")
-		case o.Message != c.Message:
-			out = append(out, t+".message")
-		}
-	}
-	return out
-}
-
-// progress reports whether status changes report progress only: the ready count, the members'
-// roles and lag, a condition's message, and the primary of a cache that is not Ready (yet).
-// Every other change is one a user acts on (a condition's status or reason, the generation
-// observed, an endpoint, a Ready cache's primary) and is written at once.
-func progress(changes []string, ready bool) bool {
-	for _, ch := range changes {
-		switch {
-		case ch == "readyReplicas", ch == "members", strings.HasSuffix(ch, ".message"):
-		case ch == "primary" && !ready:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// isReady reports whether a status says Ready.
-func isReady(s cacheStatus) bool {
-	return meta.IsStatusConditionTrue(s.Conditions, ConditionReady)
 }
 
 // statusProgressInterval is how long progress alone waits to be written. Five seconds keep

@@ -11,7 +11,11 @@ import (
 	"example.com/cache-operator/engine/credentials"
 	"example.com/cache-operator/engine/informers"
 	"example.com/cache-operator/engine/metrics"
+	"example.com/cache-operator/engine/status"
 )
+
+// ReasonCertificateRenewed: a TLS cache's members' certificate was renewed (Normal Event).
+const ReasonCertificateRenewed = "CertificateRenewed"
 
 // The decisions a reconcile makes from a cache's Secrets before rendering: its credentials
 // (<name>-auth) and its certificates (<name>-tls). Both are written by the children's loop, over
@@ -34,13 +38,13 @@ func (c *Controller) auth(mc *unstructured.Unstructured) (credentials.Decision, 
 	if d.Rejected == "" {
 		c.rejectedPasswords.Delete(key)
 	} else if prev, _ := c.rejectedPasswords.Swap(key, d.RejectedHash); prev != d.RejectedHash {
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonPasswordRejected, "%s; the members keep the password of revision %d", d.Rejected, d.Auth.Revision)
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, status.ReasonPasswordRejected, "%s; the members keep the password of revision %d", d.Rejected, d.Auth.Revision)
 	}
 	if d.Rotated {
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, ReasonPasswordRotated, "Password revision %d accepted; the previous password is accepted until %s", d.Auth.Revision, d.Auth.PreviousUntil)
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, status.ReasonPasswordRotated, "Password revision %d accepted; the previous password is accepted until %s", d.Auth.Revision, d.Auth.PreviousUntil)
 	}
 	if d.InternalRotated {
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, ReasonPasswordRotated, "Internal password rotated; the previous one is accepted until %s", d.Auth.PreviousInternalUntil)
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, status.ReasonPasswordRotated, "Internal password rotated; the previous one is accepted until %s", d.Auth.PreviousInternalUntil)
 	}
 	if !d.OverlapEnds.IsZero() {
 		c.queue.AddAfter(key, time.Until(d.OverlapEnds)+time.Second)

@@ -13,6 +13,7 @@ import (
 	"example.com/cache-operator/engine/informers"
 	"example.com/cache-operator/engine/roles"
 	"example.com/cache-operator/engine/ssa"
+	"example.com/cache-operator/engine/status"
 	"example.com/cache-operator/engine/storage"
 )
 
@@ -27,7 +28,7 @@ func (c *Controller) prepareStorage(ctx context.Context, mc, want *unstructured.
 		return storage.Outcome{}, err
 	}
 	r := storage.Resizer{Client: c.client, Recorder: c.recorder}
-	out, err := r.Prepare(ctx, mc, want, live, statusCondition(mc, storage.ConditionResizing))
+	out, err := r.Prepare(ctx, mc, want, live, status.Condition(mc, storage.ConditionResizing))
 	if err == nil && out.RequeueAfter > 0 {
 		c.queue.AddAfter(mc.GetNamespace()+"/"+mc.GetName(), out.RequeueAfter)
 	}

@@ -1,4 +1,4 @@
-package controller
+package status
 
 import (
 	"fmt"
@@ -25,7 +25,7 @@ const (
 	ReasonResuming    = "Resuming"
 )
 
-// applyHibernation sets what spec.hibernate says in s, after newStatus computed the rest: running
+// applyHibernation sets what spec.hibernate says in s, after New computed the rest: running
 // is how many members still run (the StatefulSet's status.replicas); lastPrimary the primary the
 // status named before this pass (the member pass publishes none while a cache hibernates).
 //   - Hibernating: status.hibernation records the primary the cache had (once), the Hibernated
@@ -33,7 +33,7 @@ const (
 //     they have; status.primary and status.members are cleared then (no member runs).
 //   - Resuming: the record stays (the member pass elects its primary again) until the cache is
 //     Ready with a primary; then the record and the condition go.
-func applyHibernation(s *cacheStatus, spec api.Spec, lastPrimary string, generation, running int64, now time.Time) {
+func applyHibernation(s *Status, spec api.Spec, lastPrimary string, generation, running int64, now time.Time) {
 	if spec.Hibernate {
 		if s.Hibernation == nil {
 			s.Hibernation = &api.HibernationStatus{Primary: lastPrimary, Since: now.UTC().Format(time.RFC3339)}
@@ -44,9 +44,9 @@ func applyHibernation(s *cacheStatus, spec api.Spec, lastPrimary string, generat
 			cond.Status, cond.Reason = metav1.ConditionTrue, ReasonHibernated
 			cond.Message = fmt.Sprintf("every member is stopped; the volumes, the Secret and the Services are kept; set spec.hibernate to false to resume with %s as primary", orNone(s.Hibernation.Primary))
 			s.Primary, s.Members = "", nil
-			s.setReady(generation, false, ReasonHibernated, "hibernated (spec.hibernate): no member runs")
+			s.SetReady(generation, false, ReasonHibernated, "hibernated (spec.hibernate): no member runs")
 		} else {
-			s.setReady(generation, false, ReasonHibernating, fmt.Sprintf("hibernating (spec.hibernate): %d members still running", running))
+			s.SetReady(generation, false, ReasonHibernating, fmt.Sprintf("hibernating (spec.hibernate): %d members still running", running))
 		}
 		meta.SetStatusCondition(&s.Conditions, cond)
 		return
@@ -55,7 +55,7 @@ func applyHibernation(s *cacheStatus, spec api.Spec, lastPrimary string, generat
 		meta.RemoveStatusCondition(&s.Conditions, ConditionHibernated)
 		return
 	}
-	if isReady(*s) && s.Primary != "" {
+	if IsReady(*s) && s.Primary != "" {
 		s.Hibernation = nil
 		meta.RemoveStatusCondition(&s.Conditions, ConditionHibernated)
 		return
@@ -71,8 +71,8 @@ func orNone(member string) string {
 	return member
 }
 
-// hibernationEvents records an Event for each step of a hibernation a status write made.
-func hibernationEvents(recorder record.EventRecorder, mc *unstructured.Unstructured, old, cur cacheStatus) {
+// HibernationEvents records an Event for each step of a hibernation a status write made.
+func HibernationEvents(recorder record.EventRecorder, mc *unstructured.Unstructured, old, cur Status) {
 	was, is := meta.FindStatusCondition(old.Conditions, ConditionHibernated), meta.FindStatusCondition(cur.Conditions, ConditionHibernated)
 	reason := func(c *metav1.Condition) string {
 		if c == nil {

@@ -1,4 +1,10 @@
-package controller
+// Package status computes a ManagedCache's status from what a reconcile saw: the ready count and
+// endpoints from the StatefulSet, primary and members from the member pass's view, and every
+// condition, each decided in one place (Ready, Degraded, ConfigApplied, PasswordApplied,
+// Hibernated; StorageResizing comes from package storage, BackupsReady from package backups).
+// It also says what differs between two statuses and whether the difference is progress only.
+// It reads and returns values; writing the status is the controller's.
+package status
 
 import (
 	"fmt"
@@ -23,8 +29,8 @@ import (
 	"example.com/cache-operator/engine/storage"
 )
 
-// cacheStatus is the status of a ManagedCache, as the CRD declares it.
-type cacheStatus struct {
+// Status is the status of a ManagedCache, as the CRD declares it.
+type Status struct {
 	Conditions         []metav1.Condition       `json:"conditions,omitempty"`
 	ReadyReplicas      int64                    `json:"readyReplicas"`
 	Endpoint           string                   `json:"endpoint,omitempty"`
@@ -32,7 +38,7 @@ type cacheStatus struct {
 	Primary            string                   `json:"primary,omitempty"`
 	Members            []dataplane.MemberStatus `json:"members,omitempty"`
 	Selector           string                   `json:"selector,omitempty"`
-	TLS                *tlsStatus               `json:"tls,omitempty"`
+	TLS                *TLS                     `json:"tls,omitempty"`
 	Backup             *api.BackupStatus        `json:"backup,omitempty"`
 	Restore            *api.RestoreStatus       `json:"restore,omitempty"`
 	LastFailover       *api.FailoverStatus      `json:"lastFailover,omitempty"`
@@ -40,34 +46,34 @@ type cacheStatus struct {
 	ObservedGeneration int64                    `json:"observedGeneration,omitempty"`
 }
 
-// tlsStatus is status.tls: where clients find the CA, and the members' certificate.
-type tlsStatus struct {
+// TLS is status.tls: where clients find the CA, and the members' certificate.
+type TLS struct {
 	CAConfigMap string `json:"caConfigMap,omitempty"`
 	NotAfter    string `json:"notAfter,omitempty"`
 	Serial      string `json:"serial,omitempty"`
 }
 
-// tlsStatusOf is status.tls of a cache from the reconcile's certificate decision (nil without TLS).
-func tlsStatusOf(mc *unstructured.Unstructured, spec api.Spec, d cachetls.Decision) *tlsStatus {
+// TLSOf is status.tls of a cache from the reconcile's certificate decision (nil without TLS).
+func TLSOf(mc *unstructured.Unstructured, spec api.Spec, d cachetls.Decision) *TLS {
 	if !spec.TLS || d.Serial == "" {
 		return nil
 	}
-	return &tlsStatus{CAConfigMap: api.CAConfigMapName(mc.GetName()), NotAfter: d.NotAfter.UTC().Format(time.RFC3339), Serial: d.Serial}
+	return &TLS{CAConfigMap: api.CAConfigMapName(mc.GetName()), NotAfter: d.NotAfter.UTC().Format(time.RFC3339), Serial: d.Serial}
 }
 
-// statusOf reads the status of mc; a malformed status reads as empty (it is rewritten whole).
-func statusOf(mc *unstructured.Unstructured) cacheStatus {
-	var s cacheStatus
+// Of reads the status of mc; a malformed status reads as empty (it is rewritten whole).
+func Of(mc *unstructured.Unstructured) Status {
+	var s Status
 	if raw, ok := mc.Object["status"].(map[string]interface{}); ok {
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &s); err != nil {
-			return cacheStatus{}
+			return Status{}
 		}
 	}
 	return s
 }
 
-// setReady sets the Ready condition; lastTransitionTime moves only when the status flips.
-func (s *cacheStatus) setReady(generation int64, ready bool, reason, message string) {
+// SetReady sets the Ready condition; lastTransitionTime moves only when the status flips.
+func (s *Status) SetReady(generation int64, ready bool, reason, message string) {
 	status := metav1.ConditionFalse
 	if ready {
 		status = metav1.ConditionTrue
@@ -77,19 +83,31 @@ func (s *cacheStatus) setReady(generation int64, ready bool, reason, message str
 	})
 }
 
-// newStatus computes the status of mc from what the reconcile saw. failure, when set, is the
-// reason and message of the first child that could not be applied.
-// resizing, when set, is the StorageResizing condition; nil removes it.
-// view is what the last member pass found (ok: there was one).
-func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, sts *unstructured.Unstructured, resizing *metav1.Condition, view dataplane.View, viewOK bool, failReason, failMessage string) cacheStatus {
-	s := statusOf(mc)
+// Observed is what a reconcile saw of a cache besides the cache itself.
+type Observed struct {
+	// StatefulSet is the members' StatefulSet as the informer holds it (nil: none yet).
+	StatefulSet *unstructured.Unstructured
+	// Resizing is the StorageResizing condition; nil removes it.
+	Resizing *metav1.Condition
+	// View is what the last member pass found; ViewOK says there was one.
+	View   dataplane.View
+	ViewOK bool
+	// FailReason and FailMessage, when set, are the reason and message of the first child that
+	// could not be applied.
+	FailReason, FailMessage string
+}
+
+// New computes the status of mc from what the reconcile saw.
+func New(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, o Observed) Status {
+	sts, failReason, failMessage := o.StatefulSet, o.FailReason, o.FailMessage
+	s := Of(mc)
 	lastPrimary := s.Primary
 	gen := mc.GetGeneration()
 	s.ObservedGeneration = gen
 	port := strconv.Itoa(api.Port)
 	s.Endpoint = net.JoinHostPort(api.ServiceHost(api.ReadWriteService(mc.GetName()), mc.GetNamespace(), clusterDomain), port)
 	s.ReadEndpoint = net.JoinHostPort(api.ServiceHost(api.ReadOnlyService(mc.GetName()), mc.GetNamespace(), clusterDomain), port)
-	applyMemberView(&s, view, viewOK, gen)
+	applyMemberView(&s, o.View, o.ViewOK, gen)
 	s.Selector = labels.SelectorFromSet(api.SelectorLabels(mc.GetName())).String()
 	s.ReadyReplicas = 0
 	upToDate := false
@@ -104,28 +122,28 @@ func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain strin
 		// readyReplicas (the scale subresource's status) never exceeds spec.replicas.
 		s.ReadyReplicas = min(ready, spec.Replicas)
 	}
-	if resizing != nil {
-		meta.SetStatusCondition(&s.Conditions, *resizing)
+	if o.Resizing != nil {
+		meta.SetStatusCondition(&s.Conditions, *o.Resizing)
 	} else {
 		meta.RemoveStatusCondition(&s.Conditions, storage.ConditionResizing)
 	}
 	msg := fmt.Sprintf("%d/%d replicas ready", s.ReadyReplicas, spec.Replicas)
 	switch {
 	case failReason != "":
-		s.setReady(gen, false, failReason, failMessage)
+		s.SetReady(gen, false, failReason, failMessage)
 	case running > spec.Replicas:
-		s.setReady(gen, false, ReasonWaitingForReplicas,
+		s.SetReady(gen, false, ReasonWaitingForReplicas,
 			fmt.Sprintf("%s; %d members running, waiting for the surplus to stop", msg, running))
-	case viewOK && s.Primary == "" && upToDate && s.ReadyReplicas >= spec.Replicas:
-		s.setReady(gen, false, roles.ReasonNoPrimary, msg+"; no primary yet")
+	case o.ViewOK && s.Primary == "" && upToDate && s.ReadyReplicas >= spec.Replicas:
+		s.SetReady(gen, false, roles.ReasonNoPrimary, msg+"; no primary yet")
 	case s.Primary == "" && upToDate && s.ReadyReplicas >= spec.Replicas:
 		// The member pass that names the primary has not run yet (it follows the same pod
 		// events): Ready waits for it, so that it is written once, with the primary.
-		s.setReady(gen, false, ReasonWaitingForReplicas, msg+"; waiting for the member pass")
+		s.SetReady(gen, false, ReasonWaitingForReplicas, msg+"; waiting for the member pass")
 	case upToDate && s.ReadyReplicas >= spec.Replicas:
-		s.setReady(gen, true, ReasonAllReplicasReady, msg)
+		s.SetReady(gen, true, ReasonAllReplicasReady, msg)
 	default:
-		s.setReady(gen, false, ReasonWaitingForReplicas, msg)
+		s.SetReady(gen, false, ReasonWaitingForReplicas, msg)
 	}
 	if failReason == "" {
 		applyHibernation(&s, spec, lastPrimary, gen, running, time.Now())
@@ -133,21 +151,18 @@ func newStatus(mc *unstructured.Unstructured, spec api.Spec, clusterDomain strin
 	return s
 }
 
-// invalidStatus is the status of a cache whose spec or templates cannot be rendered.
-func invalidStatus(mc *unstructured.Unstructured, reason, message string) cacheStatus {
-	s := statusOf(mc)
+// Invalid is the status of a cache whose spec or templates cannot be rendered (or whose restore
+// source is not there yet): Ready False with reason and message, the rest as mc has it.
+func Invalid(mc *unstructured.Unstructured, reason, message string) Status {
+	s := Of(mc)
 	s.ObservedGeneration = mc.GetGeneration()
-	s.setReady(mc.GetGeneration(), false, reason, message)
+	s.SetReady(mc.GetGeneration(), false, reason, message)
 	return s
 }
 
-func toUnstructured(v interface{}) (map[string]interface{}, error) {
-	return runtime.DefaultUnstructuredConverter.ToUnstructured(v)
-}
-
-// withStatus returns a copy of mc carrying s, or nil when s is what mc already has.
-func withStatus(mc *unstructured.Unstructured, s cacheStatus) (*unstructured.Unstructured, error) {
-	if reflect.DeepEqual(statusOf(mc), s) {
+// With returns a copy of mc carrying s, or nil when s is what mc already has.
+func With(mc *unstructured.Unstructured, s Status) (*unstructured.Unstructured, error) {
+	if reflect.DeepEqual(Of(mc), s) {
 		return nil, nil
 	}
 	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&s)
@@ -159,7 +174,12 @@ func withStatus(mc *unstructured.Unstructured, s cacheStatus) (*unstructured.Uns
 	return out, nil
 }
 
-// statusCondition returns the condition of type t in mc's status, or nil.
-func statusCondition(mc *unstructured.Unstructured, t string) *metav1.Condition {
-	return meta.FindStatusCondition(statusOf(mc).Conditions, t)
+// Condition returns the condition of type t in mc's status, or nil.
+func Condition(mc *unstructured.Unstructured, t string) *metav1.Condition {
+	return meta.FindStatusCondition(Of(mc).Conditions, t)
+}
+
+// IsReady reports whether a status says Ready.
+func IsReady(s Status) bool {
+	return meta.IsStatusConditionTrue(s.Conditions, ConditionReady)
 }

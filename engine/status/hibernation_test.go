@@ -1,4 +1,4 @@
-package controller
+package status
 
 import (
 	"testing"
@@ -12,13 +12,13 @@ import (
 // The status of each step of a hibernation: stopping, stopped, resuming, resumed.
 func TestApplyHibernation(t *testing.T) {
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	var s cacheStatus
+	var s Status
 	s.Primary = "c-2"
-	s.setReady(1, true, ReasonAllReplicasReady, "3/3")
+	s.SetReady(1, true, ReasonAllReplicasReady, "3/3")
 	applyHibernation(&s, api.Spec{Replicas: 3, Hibernate: true}, "c-2", 2, 2, now)
 	h := meta.FindStatusCondition(s.Conditions, ConditionHibernated)
-	if s.Hibernation == nil || s.Hibernation.Primary != "c-2" || s.Hibernation.Since != "2026-12-03T12:00:00Z" || h == nil || h.Reason != ReasonHibernating || isReady(s) {
-		t.Fatalf("stopping: hibernation %+v, condition %+v, ready %v; want c-2 recorded, Hibernating, not Ready", s.Hibernation, h, isReady(s))
+	if s.Hibernation == nil || s.Hibernation.Primary != "c-2" || s.Hibernation.Since != "2026-12-03T12:00:00Z" || h == nil || h.Reason != ReasonHibernating || IsReady(s) {
+		t.Fatalf("stopping: hibernation %+v, condition %+v, ready %v; want c-2 recorded, Hibernating, not Ready", s.Hibernation, h, IsReady(s))
 	}
 	// Stopped: a later pass keeps the first record, whatever the view says now.
 	applyHibernation(&s, api.Spec{Replicas: 3, Hibernate: true}, "", 2, 0, now.Add(time.Minute))
@@ -32,7 +32,7 @@ func TestApplyHibernation(t *testing.T) {
 	if h := meta.FindStatusCondition(s.Conditions, ConditionHibernated); s.Hibernation == nil || h == nil || h.Reason != ReasonResuming {
 		t.Fatalf("resuming: hibernation %+v, condition %+v; want the record and Resuming", s.Hibernation, h)
 	}
-	s.setReady(3, true, ReasonAllReplicasReady, "3/3")
+	s.SetReady(3, true, ReasonAllReplicasReady, "3/3")
 	applyHibernation(&s, api.Spec{Replicas: 3}, "", 3, 3, now)
 	if s.Hibernation == nil {
 		t.Fatal("Ready without a primary ended the resume")

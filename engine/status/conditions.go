@@ -1,4 +1,4 @@
-package controller
+package status
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 	"example.com/cache-operator/engine/roles"
 )
 
-// The status conditions of a ManagedCache, each decided in one place: Ready (newStatus, from the
+// The status conditions of a ManagedCache, each decided in one place: Ready (New, from the
 // StatefulSet and the member view), StorageResizing (package storage), Degraded and ConfigApplied
 // (from the member pass's view) and PasswordApplied (from the view and the credentials decision).
 
@@ -35,7 +35,7 @@ const ConditionDegraded = api.ConditionDegraded
 
 // applyMemberView sets what the member pass found in s: primary, members, the read endpoint and
 // the Degraded condition.
-func applyMemberView(s *cacheStatus, v dataplane.View, ok bool, generation int64) {
+func applyMemberView(s *Status, v dataplane.View, ok bool, generation int64) {
 	if !ok {
 		// No member pass has run yet (a new cache, or a new leader): what status says stands.
 		return
@@ -69,7 +69,7 @@ const (
 
 // applyLiveCondition sets ConfigApplied from a member pass's view: True when every member has the
 // live settings' revision, False naming those that have not and why.
-func applyLiveCondition(s *cacheStatus, v dataplane.View, generation int64) {
+func applyLiveCondition(s *Status, v dataplane.View, generation int64) {
 	if v.Live == "" {
 		meta.RemoveStatusCondition(&s.Conditions, ConditionConfigApplied)
 		return
@@ -105,15 +105,13 @@ const (
 	ReasonPasswordPending  = "PasswordPending"
 	ReasonPasswordRejected = "PasswordRejected"
 	ReasonPasswordRotated  = "PasswordRotated"
-	// ReasonCertificateRenewed: a TLS cache's members' certificate was renewed (Normal Event).
-	ReasonCertificateRenewed = "CertificateRenewed"
 )
 
-// applyPasswordCondition sets PasswordApplied: False when the Secret's password was refused (the
+// ApplyPassword sets PasswordApplied: False when the Secret's password was refused (the
 // members keep the accepted one), else from the member pass: True when every member accepts the
 // password of the current revision (and, during an overlap, the previous one), False naming those
 // that do not yet.
-func applyPasswordCondition(s *cacheStatus, v dataplane.View, viewOK bool, d credentials.Decision, generation int64) {
+func ApplyPassword(s *Status, v dataplane.View, viewOK bool, d credentials.Decision, generation int64) {
 	cond := metav1.Condition{Type: ConditionPasswordApplied, ObservedGeneration: generation}
 	switch {
 	case d.Rejected != "":
