@@ -3,6 +3,7 @@ package operator
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"example.com/cache-operator/e2e/framework"
 )
@@ -196,6 +198,67 @@ func TestPrimaryCrashWithoutOperator(t *testing.T) {
 	w.halt()
 	if lost := w.lost(t, rw, pw); len(lost) != 0 {
 		t.Errorf("%d acknowledged writes lost once the operator came back", len(lost))
+	}
+}
+
+// TestPrimaryReplacedWithoutOperator: the operator is stopped, then the primary's pod is deleted
+// at once (no grace, so no handover): the StatefulSet makes it anew without the role label, its
+// server starts as a replica, and no member takes writes. The operator, back, fails over from the
+// member status names (its predecessor never saw the new pod): FailoverStarted, status.lastFailover
+// from it, the failover counted. Writes succeed again, and every acknowledged write is kept or
+// reported discarded.
+func TestPrimaryReplacedWithoutOperator(t *testing.T) {
+	ctx := context.Background()
+	rc := newRealCache(t, "replaced", "r")
+	c, ns, pw, rw, old := rc.c, rc.ns, rc.password, rc.addr, rc.primary
+	w := startWriter(t, rw, pw, 2_000_000, 10*time.Minute)
+	w.waitOK(t, time.Now(), time.Minute)
+	started := eventCount(t, c, ns, "r", "FailoverStarted")
+	rc.op.stop(syscall.SIGTERM)
+	t0 := time.Now()
+	if _, err := c.Kubectl(ctx, "delete", "pod", old.Name, "-n", ns, "--grace-period=0", "--force", "--wait=false"); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, old.Name+" made anew, its server answering as a replica", func() (bool, string, error) {
+		p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, old.Name, metav1.GetOptions{})
+		if err != nil || p.UID == old.UID || p.Status.PodIP == "" {
+			return false, fmt.Sprintf("pod: %v", err), nil
+		}
+		role, err := roleOf(p.Status.PodIP, pw)
+		return role == "slave", fmt.Sprintf("uid %s, role %q (%v), labels %v", p.UID, role, err, p.Labels), nil
+	})
+	remade := time.Since(t0)
+	metricsAddr := freeAddr(t)
+	back := time.Now()
+	startOperator(t, c, "--metrics-bind-address="+metricsAddr)
+	d := w.waitFailedThenOK(t, t0, 2*time.Minute)
+	waitWhole(t, c, ns, "r", 3, 3*time.Minute)
+	assertOnePrimary(t, c, ns, "r", pw, "the primary replaced without operator")
+	w.halt()
+	primary := statusPrimary(t, c, ns, "r")
+	mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, "r", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _, _ := unstructured.NestedStringMap(mc.Object, "status", "lastFailover")
+	failovers := eventCount(t, c, ns, "r", "FailoverStarted") - started
+	counted, err := framework.Metric(metricsAddr, `cache_operator_failovers_total{kind="failover"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := w.lost(t, rw, pw)
+	bytes, unmeasured, msgs := discardedEvents(t, c, ns, "r")
+	t.Logf("primary %s's pod replaced with no operator (made anew in %v, a replica); the operator back %v after the delete; writes succeed again %v after the delete; primary now %s; status.lastFailover %v; FailoverStarted Events %d, failovers counted %v; %d of %d acknowledged writes lost, reported discarded %d bytes (%d unmeasured) %v",
+		old.Name, remade.Round(100*time.Millisecond), back.Sub(t0).Round(100*time.Millisecond), d.Round(100*time.Millisecond), primary, last,
+		failovers, counted, len(lost), len(w.acked), bytes, unmeasured, msgs)
+	if last["kind"] != "failover" || last["from"] != old.Name || last["to"] != primary || primary == "" {
+		t.Errorf("status.lastFailover %v; want a failover from %s to %s", last, old.Name, primary)
+	}
+	if failovers < 1 || counted < 1 {
+		t.Errorf("%d FailoverStarted Events, cache_operator_failovers_total %v; want the failover reported and counted", failovers, counted)
+	}
+	if len(lost) > 0 && bytes == 0 && unmeasured == 0 {
+		t.Errorf("%d acknowledged writes lost and none reported discarded", len(lost))
 	}
 }
 

@@ -23,6 +23,12 @@ func LastFailoverOf(mc *unstructured.Unstructured) *FailoverStatus {
 	return nil
 }
 
+// PrimaryOf reads status.primary of a cache ("": none).
+func PrimaryOf(mc *unstructured.Unstructured) string {
+	p, _, _ := unstructured.NestedString(mc.Object, "status", "primary")
+	return p
+}
+
 // HibernationStatus is status.hibernation: set while a cache hibernates or resumes.
 type HibernationStatus struct {
 	// Primary is the member that was primary when the members were stopped ("": none known).

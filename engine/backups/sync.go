@@ -262,7 +262,7 @@ func (c *Controller) start(ctx context.Context, mc *unstructured.Unstructured, s
 // primary. It returns the pod, its stable DNS name, whether it is the primary, and why there is
 // none.
 func chooseMember(mc *unstructured.Unstructured, domain string) (pod, host string, fromPrimary bool, why string) {
-	primary, _, _ := unstructured.NestedString(mc.Object, "status", "primary")
+	primary := api.PrimaryOf(mc)
 	if primary == "" {
 		return "", "", false, "the cache has no primary yet"
 	}

@@ -87,8 +87,14 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	}
 	mem := c.store.mem(key)
 	if !mem.failoverRead {
-		// A process that just took over continues the record its predecessor kept in status.
+		// A process that just took over continues the record its predecessor kept in status,
+		// and starts from the primary status names: one whose pod was replaced before this
+		// process saw it healthy (while no operator ran) is failed over from, not forgotten.
+		// Not while a cache resumes or restores: those elect their primary.
 		mem.lastFailover, mem.failoverRead = api.LastFailoverOf(mc), true
+		if mem.lastPrimary == "" && api.HibernationOf(mc) == nil && !restoring(mc, spec) {
+			mem.lastPrimary = api.PrimaryOf(mc)
+		}
 	}
 	tlsMaterial, tlsOK := c.tlsOf(ns, name, mem)
 	if tlsOK {
@@ -129,7 +135,7 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		SwitchoverTo: mc.GetAnnotations()[api.SwitchoverAnnotation], UpdateRevision: updateRevision,
 		Replicas: int(spec.Replicas), History: mem.lastPrimaryHistory, LastPrimary: mem.lastPrimary,
 	}
-	if rs := api.RestoreStatusOf(mc); spec.Restore != nil && (rs == nil || rs.Phase != api.RestoreCompleted) {
+	if restoring(mc, spec) {
 		v.RestoreFrom = api.RestoreMember(mc.GetName())
 	}
 	if h := api.HibernationOf(mc); h != nil {
@@ -315,4 +321,11 @@ func resetReason(members []roles.Member, updateRevision string, spec api.Spec) s
 		}
 	}
 	return ""
+}
+
+// restoring says whether a cache's spec.restore is still to complete (its restored member is
+// to become the primary).
+func restoring(mc *unstructured.Unstructured, spec api.Spec) bool {
+	rs := api.RestoreStatusOf(mc)
+	return spec.Restore != nil && (rs == nil || rs.Phase != api.RestoreCompleted)
 }

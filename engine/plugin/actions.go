@@ -35,7 +35,7 @@ func switchover(ctx context.Context, c *client, name string) error {
 	if err != nil {
 		return err
 	}
-	from, _, _ := unstructured.NestedString(mc.Object, "status", "primary")
+	from := api.PrimaryOf(mc)
 	if from == "" {
 		return fmt.Errorf("%s/%s has no primary now (Ready: %s); a switchover hands over from a live primary", c.ns, name, readyLine(mc))
 	}
@@ -62,7 +62,7 @@ func switchover(ctx context.Context, c *client, name string) error {
 		if err != nil {
 			return false, "", err
 		}
-		p, _, _ := unstructured.NestedString(mc.Object, "status", "primary")
+		p := api.PrimaryOf(mc)
 		_, pending := mc.GetAnnotations()[api.SwitchoverAnnotation]
 		return p == to && !pending, fmt.Sprintf("primary %q, Ready %s", p, readyLine(mc)), nil
 	})
@@ -212,7 +212,7 @@ func setHibernate(ctx context.Context, c *client, name string, on bool) error {
 	if err != nil {
 		return err
 	}
-	primary, _, _ := unstructured.NestedString(mc.Object, "status", "primary")
+	primary := api.PrimaryOf(mc)
 	if on {
 		fmt.Fprintf(c.out, "hibernated in %.1fs: no member runs; volumes, Secret and Services kept\n", c.now().Sub(start).Seconds())
 	} else {
