@@ -103,9 +103,43 @@ func TestBackupScheduleAndRetention(t *testing.T) {
 	if len(seen) != before {
 		t.Fatalf("scheduled backups were created while the operator was stopped: %d -> %d", before, len(seen))
 	}
+	// The last completed backup before the restart: the restarted operator exports it at once,
+	// from the backups' statuses, not after its next backup.
+	var lastBefore time.Time
+	list, err := c.Dynamic.Resource(mcbGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range list.Items {
+		st := readBackup(&list.Items[i])
+		if at, err := time.Parse(time.RFC3339, st.StartTime); err == nil && st.Phase == "Completed" && at.After(lastBefore) {
+			lastBefore = at
+		}
+	}
+	metricsAddr := freeAddr(t)
 	restarted := time.Now()
-	startOperator(t, c)
+	startOperator(t, c, "--metrics-bind-address="+metricsAddr)
 	deleteCachesOnCleanup(t, c, ns) // again: cleanups run last first, this one while this operator runs (onDelete: Delete)
+	labels := `{cache="sched",namespace="` + ns + `"}`
+	var firstSeen, interval float64
+	framework.Eventually(t, 30*time.Second, "the restarted operator to export the last backup and the schedule", func() (bool, string, error) {
+		v, err := framework.Metric(metricsAddr, "cache_operator_backup_last_success_timestamp_seconds"+labels)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		if firstSeen == 0 {
+			firstSeen = v
+		}
+		interval, err = framework.Metric(metricsAddr, "cache_operator_backup_schedule_interval_seconds"+labels)
+		return err == nil, fmt.Sprintf("last success %v, interval %v (%v)", v, interval, err), nil
+	})
+	first := time.Unix(int64(firstSeen), 0)
+	t.Logf("restarted operator: last backup exported as started at %s (the last completed before the restart: %s); schedule interval %v s",
+		first.UTC().Format(time.RFC3339), lastBefore.UTC().Format(time.RFC3339), interval)
+	if first.Before(lastBefore) || first.After(restarted) || interval != 20 {
+		t.Errorf("after a restart: last backup exported as started at %s, schedule interval %v s; want a backup started before the restart, at or after %s, and 20 s",
+			first.UTC().Format(time.RFC3339), interval, lastBefore.UTC().Format(time.RFC3339))
+	}
 	var caughtUp time.Time
 	framework.Eventually(t, 30*time.Second, "one backup for the missed slots", func() (bool, string, error) {
 		seen.look(t, c, ns, "sched")

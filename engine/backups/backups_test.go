@@ -105,6 +105,28 @@ func TestScheduledNameIsTheSlot(t *testing.T) {
 	}
 }
 
+// The interval the stale-backup alert compares with: a schedule's longest gap between slots.
+func TestLongestInterval(t *testing.T) {
+	from := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC) // a Thursday
+	for _, tc := range []struct {
+		schedule string
+		want     time.Duration
+	}{
+		{"0 */6 * * *", 6 * time.Hour},
+		{"30 2 * * *", 24 * time.Hour},
+		{"0 3 * * 1-5", 72 * time.Hour}, // Friday to Monday
+		{"@weekly", 7 * 24 * time.Hour},
+	} {
+		sched, err := api.ParseSchedule(tc.schedule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := longestInterval(sched, sched.Next(from), 8); got != tc.want {
+			t.Errorf("%q: longest interval %v; want %v", tc.schedule, got, tc.want)
+		}
+	}
+}
+
 func TestRestoreProgress(t *testing.T) {
 	now := time.Date(2026, 12, 3, 3, 0, 0, 0, time.UTC)
 	rs := api.RestoreStatus{Phase: api.RestoreRunning, Path: "ns/c/b.rdb", Location: "s3://b/ns/c/b.rdb"}

@@ -83,6 +83,8 @@ type cacheState struct {
 	next time.Time
 	// held: this cache made its store's Secret wait for its deletion (StoreFinalizer).
 	held bool
+	// exported is the start of the last completed backup this process exported as metrics.
+	exported time.Time
 }
 
 // byCache indexes backups and Jobs by namespace/<cache>.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/objectstore"
 )
 
@@ -35,10 +36,12 @@ func (c *Controller) schedule(ctx context.Context, mc *unstructured.Unstructured
 	st := c.stateOf(key)
 	if spec.Backup.Schedule == "" {
 		c.setNext(st, key, time.Time{})
+		metrics.BackupSchedule(mc.GetNamespace(), mc.GetName(), 0)
 		return 0, nil
 	}
 	sched, err := parseSchedule(spec.Backup.Schedule)
 	if err != nil {
+		metrics.BackupSchedule(mc.GetNamespace(), mc.GetName(), 0)
 		return 0, nil // checkStore reports it
 	}
 	last := mc.GetCreationTimestamp().Time
@@ -71,7 +74,23 @@ func (c *Controller) schedule(ctx context.Context, mc *unstructured.Unstructured
 	}
 	next := sched.Next(maxTime(last, now))
 	c.setNext(st, key, next)
+	metrics.BackupSchedule(mc.GetNamespace(), mc.GetName(), longestInterval(sched, next, 8))
 	return next.Sub(now) + 100*time.Millisecond, nil
+}
+
+// longestInterval is the longest time between two of the n slots of sched from the slot at from
+// (a schedule on weekdays only waits longest from Friday to Monday). The stale-backup alert
+// compares a cache's last backup with it.
+func longestInterval(sched cron.Schedule, from time.Time, n int) time.Duration {
+	var longest time.Duration
+	for t := from; n > 0; n-- {
+		next := sched.Next(t)
+		if next.IsZero() {
+			break
+		}
+		longest, t = max(longest, next.Sub(t)), next
+	}
+	return longest
 }
 
 func maxTime(a, b time.Time) time.Time {

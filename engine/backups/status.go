@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/metrics"
 )
 
 // backupStatus is a ManagedCacheBackup's status, as the CRD declares it.
@@ -67,3 +69,42 @@ func ptrUID(o metav1.Object) *types.UID {
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// exportLastBackup exports the cache's last completed backup (from the backups' statuses) as
+// metrics when this process has not: a new leader, or one restarted, has the series at once, so
+// that the stale-backup alert does not wait for a next backup that may never come.
+func (c *Controller) exportLastBackup(key string, mc *unstructured.Unstructured, backups []*unstructured.Unstructured) {
+	var last backupStatus
+	var lastStart time.Time
+	for _, b := range backups {
+		st := statusOfBackup(b)
+		if st.Phase != api.BackupCompleted {
+			continue
+		}
+		if t, err := time.Parse(time.RFC3339, st.StartTime); err == nil && t.After(lastStart) {
+			last, lastStart = st, t
+		}
+	}
+	if lastStart.IsZero() || !c.markExported(key, lastStart) {
+		return
+	}
+	end, err := time.Parse(time.RFC3339, last.EndTime)
+	took := end.Sub(lastStart)
+	if err != nil || took < 0 {
+		took = 0
+	}
+	metrics.BackupCompleted(mc.GetNamespace(), mc.GetName(), lastStart, took, last.Bytes)
+}
+
+// markExported records that the backup of cache key started at start is exported, and says
+// whether it is newer than the last one exported.
+func (c *Controller) markExported(key string, start time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.stateLocked(key)
+	if !start.After(st.exported) {
+		return false
+	}
+	st.exported = start
+	return true
+}

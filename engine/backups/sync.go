@@ -107,11 +107,14 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		soon(d)
 		errs = errors.Join(errs, err)
 	}
+	c.exportLastBackup(key, mc, backups)
 	if spec.Backup != nil {
 		soon(c.checkStore(ctx, mc, spec))
 		d, err := c.schedule(ctx, mc, spec, backups)
 		soon(d)
 		errs = errors.Join(errs, err, c.retain(ctx, mc, spec, backups))
+	} else {
+		metrics.BackupSchedule(mc.GetNamespace(), mc.GetName(), 0)
 	}
 	return after, errs
 }
@@ -324,6 +327,7 @@ func (c *Controller) watch(ctx context.Context, mc *unstructured.Unstructured, b
 		}
 		start, _ := time.Parse(time.RFC3339, st.StartTime)
 		metrics.BackupCompleted(mc.GetNamespace(), mc.GetName(), start, m.End.Sub(m.Start), m.Bytes)
+		c.markExported(mc.GetNamespace()+"/"+mc.GetName(), start)
 		c.recorder.Eventf(b, corev1.EventTypeNormal, "BackupCompleted", "%s: %s", st.Location, st.Message)
 		c.recorder.Eventf(mc, corev1.EventTypeNormal, "BackupCompleted", "Backup %s completed: %s", b.GetName(), st.Message)
 		c.caches.Enqueue(mc.GetNamespace() + "/" + mc.GetName())

@@ -264,6 +264,10 @@ var (
 		Name: "cache_operator_backup_bytes",
 		Help: "The size of each cache's last completed backup.",
 	}, []string{"namespace", "cache"})
+	backupInterval = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cache_operator_backup_schedule_interval_seconds",
+		Help: "The longest time between two slots of each cache's backup schedule (among its next eight); absent without a schedule.",
+	}, []string{"namespace", "cache"})
 	backupFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cache_operator_backup_failures_total",
 		Help: "Backups that failed, per cache.",
@@ -275,7 +279,7 @@ var (
 )
 
 func init() {
-	register(backupLastSuccess, backupDuration, backupBytes, backupFailures, restores)
+	register(backupLastSuccess, backupDuration, backupBytes, backupInterval, backupFailures, restores)
 }
 
 // BackupCompleted records a completed backup.
@@ -283,6 +287,16 @@ func BackupCompleted(namespace, cache string, start time.Time, took time.Duratio
 	backupLastSuccess.WithLabelValues(namespace, cache).Set(float64(start.Unix()))
 	backupDuration.WithLabelValues(namespace, cache).Set(took.Seconds())
 	backupBytes.WithLabelValues(namespace, cache).Set(float64(bytes))
+}
+
+// BackupSchedule records the longest interval between the slots of a cache's backup schedule;
+// 0 drops it (no schedule).
+func BackupSchedule(namespace, cache string, interval time.Duration) {
+	if interval <= 0 {
+		backupInterval.DeleteLabelValues(namespace, cache)
+		return
+	}
+	backupInterval.WithLabelValues(namespace, cache).Set(interval.Seconds())
 }
 
 // BackupFailed counts a failed backup.
@@ -301,7 +315,7 @@ func ForgetCertificate(namespace, cache string) {
 // ForgetCache drops a deleted cache's series.
 func ForgetCache(namespace, cache string) {
 	certificateExpiry.DeleteLabelValues(namespace, cache)
-	for _, v := range []*prometheus.GaugeVec{backupLastSuccess, backupDuration, backupBytes} {
+	for _, v := range []*prometheus.GaugeVec{backupLastSuccess, backupDuration, backupBytes, backupInterval} {
 		v.DeleteLabelValues(namespace, cache)
 	}
 	backupFailures.DeleteLabelValues(namespace, cache)
