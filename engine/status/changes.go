@@ -26,6 +26,10 @@ func Changes(old, cur Status) []string {
 		{"primary", old.Primary == cur.Primary},
 		{"members", reflect.DeepEqual(old.Members, cur.Members)},
 		{"tls", reflect.DeepEqual(old.TLS, cur.TLS)},
+		{"backup", reflect.DeepEqual(old.Backup, cur.Backup)},
+		{"restore", reflect.DeepEqual(old.Restore, cur.Restore)},
+		{"lastFailover", reflect.DeepEqual(old.LastFailover, cur.LastFailover)},
+		{"hibernation", reflect.DeepEqual(old.Hibernation, cur.Hibernation)},
 	} {
 		if !f.same {
 			out = append(out, f.name)

@@ -2,6 +2,7 @@ package status
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -114,6 +115,11 @@ func TestProgress(t *testing.T) {
 	if Progress(Changes(readyBase, failedOver), true) {
 		t.Error("a Ready cache's new primary is paced; want it written at once")
 	}
+	backedUp := readyBase
+	backedUp.Backup = &api.BackupStatus{LastBackup: "b-1"}
+	if got := Changes(readyBase, backedUp); len(got) != 1 || got[0] != "backup" || Progress(got, true) {
+		t.Errorf("a new last backup: changes %v (progress %v); want [backup], written at once", got, Progress(got, true))
+	}
 }
 
 // ConfigApplied: True when every member has the ConfigMap's revision of the live settings, False
@@ -150,6 +156,31 @@ func TestLiveSettingsCondition(t *testing.T) {
 			t.Errorf("%s: no ConfigApplied condition", tc.name)
 		case string(cond.Status) != tc.status || cond.Reason != tc.reason || !strings.Contains(cond.Message, tc.inMsg):
 			t.Errorf("%s: %s/%s %q; want %s/%s containing %q", tc.name, cond.Status, cond.Reason, cond.Message, tc.status, tc.reason, tc.inMsg)
+		}
+	}
+}
+
+// Every field of the status is named by Changes: one the list forgot would read as no change at
+// all, paced, and logged as "changed: []".
+func TestChangesNameEveryField(t *testing.T) {
+	typ := reflect.TypeOf(Status{})
+	for i := 0; i < typ.NumField(); i++ {
+		var cur Status
+		f := reflect.ValueOf(&cur).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.Pointer:
+			f.Set(reflect.New(f.Type().Elem()))
+		case reflect.Slice:
+			f.Set(reflect.MakeSlice(f.Type(), 1, 1))
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Int64:
+			f.SetInt(1)
+		default:
+			t.Fatalf("field %s of kind %s: teach this test to change it", typ.Field(i).Name, f.Kind())
+		}
+		if got := Changes(Status{}, cur); len(got) == 0 {
+			t.Errorf("a change of status field %s is not named by Changes", typ.Field(i).Name)
 		}
 	}
 }
