@@ -46,6 +46,12 @@ const FieldManager = "cache-operator"
 // Finalizer is set on a ManagedCache only while the operator has work to do before it goes.
 const Finalizer = "cache.example.com/finalizer"
 
+// SecretFinalizer keeps a cache's password Secret while the cache uses it, as Kubernetes'
+// kubernetes.io/pvc-protection keeps a claim a pod uses: a `kubectl delete` of the Secret only
+// marks it for deletion, its passwords stay in force (the members and the operator keep them), and
+// the operator lets it go when the cache itself is deleted.
+const SecretFinalizer = "cache.example.com/credentials-in-use"
+
 // Port is the port every member serves on, and the port of the cache's Services.
 const Port = 6379
 

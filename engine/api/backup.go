@@ -115,6 +115,11 @@ type BackupStatus struct {
 	NextScheduleTime string `json:"nextScheduleTime,omitempty"`
 }
 
+// BackupStatusOf reads status.backup of a cache (nil: none).
+func BackupStatusOf(mc *unstructured.Unstructured) *BackupStatus {
+	return statusField[BackupStatus](mc, "backup")
+}
+
 // RestoreStatusOf reads status.restore of a cache (nil: none).
 func RestoreStatusOf(mc *unstructured.Unstructured) *RestoreStatus {
 	return statusField[RestoreStatus](mc, "restore")

@@ -130,6 +130,10 @@ type Controller struct {
 	// informer, or one that conflicted) reports it once: one Event and one count in
 	// cache_operator_restores_total.
 	restoreOutcomes sync.Map
+	// keptSecrets holds, per cache key, the UID of the password Secret last reported as deleted
+	// and kept; lastSecrets the last copy of a cache's password Secret that left the informer
+	// (protection.go).
+	keptSecrets, lastSecrets sync.Map
 }
 
 // New builds a controller: informers for ManagedCaches, for every kind the templates render and
@@ -176,6 +180,10 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	}
 	for _, k := range c.informers.Children {
 		readsStatus := k.GVK == informers.StatefulSet // status is computed from the StatefulSet's
+		deleted := c.enqueueOwner
+		if k.GVK == informers.Secret {
+			deleted = func(obj interface{}) { c.secretDeleted(obj); c.enqueueOwner(obj) }
+		}
 		if _, err := k.Informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: c.enqueueOwner,
 			UpdateFunc: func(old, cur interface{}) {
@@ -184,10 +192,21 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 					c.enqueueOwner(cur)
 				}
 			},
-			DeleteFunc: c.enqueueOwner,
+			DeleteFunc: deleted,
 		}); err != nil {
 			return nil, err
 		}
+	}
+	// A claim made (or changed) is given the cache's owner reference.
+	if _, err := c.informers.Claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.claimChanged,
+		UpdateFunc: func(old, cur interface{}) {
+			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
+				c.claimChanged(cur)
+			}
+		},
+	}); err != nil {
+		return nil, err
 	}
 	// A member pass whose view changed has the cache's status rewritten.
 	c.members, err = dataplane.New(client, c.informers, recorder,

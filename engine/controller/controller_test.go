@@ -38,7 +38,8 @@ var testKinds = map[schema.GroupVersionResource]string{
 	{Version: "v1", Resource: "services"}:                              "Service",
 	{Group: "apps", Version: "v1", Resource: "statefulsets"}:           "StatefulSet",
 	{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}: "PodDisruptionBudget",
-	informers.Pods: "Pod",
+	informers.Pods:   "Pod",
+	informers.Claims: "PersistentVolumeClaim",
 }
 
 type fixture struct {

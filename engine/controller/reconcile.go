@@ -44,6 +44,10 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		return err
 	}
 	if !exists {
+		if err := c.releaseSecret(ctx, ns, name, ""); err != nil {
+			return err
+		}
+		c.forgetProtections(key)
 		c.statusWrites.forget(key)
 		c.verified.forget(key)
 		c.forgetRestoreOutcomes(ns, name)
@@ -56,6 +60,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	mc = c.statusWrites.overlay(key, mc)
 
 	if mc.GetDeletionTimestamp() != nil {
+		if err := c.releaseSecret(ctx, ns, name, mc.GetUID()); err != nil {
+			return err
+		}
 		return c.finalize(ctx, mc)
 	}
 	if mc, err = c.syncFinalizer(ctx, mc); err != nil {
@@ -80,10 +87,13 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	if rs := api.RestoreStatusOf(mc); rs != nil {
 		restorePhase = rs.Phase
 	}
+	// The claims are the cache's before anything else: a StatefulSet deleted right after must not
+	// take them (an informer lookup when they already are).
+	claimsErr := c.ownClaims(ctx, mc)
 	inputs, epoch := cacheInputs(mc, view.Observed, view.Primary, restorePhase), c.differ.DefaultsEpoch()
 	if pass, ok := c.verified.get(key); ok && c.stillVerified(pass, inputs, epoch) {
 		// Nothing the last verdict read has changed: every child is still as wanted.
-		return c.statusOfVerified(ctx, mc, spec, pass, view, viewOK)
+		return errors.Join(claimsErr, c.statusOfVerified(ctx, mc, spec, pass, view, viewOK))
 	}
 	c.verified.forget(key)
 
@@ -188,7 +198,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		return errors.Join(retry, err)
 	}
 	logger.V(3).Info("Reconciled", "failed", failReason)
-	return retry
+	return errors.Join(retry, claimsErr)
 }
 
 // outcomeVerified is the children_total outcome of a child known to be as wanted from its

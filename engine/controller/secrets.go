@@ -29,11 +29,26 @@ func (c *Controller) auth(mc *unstructured.Unstructured) (credentials.Decision, 
 	if err != nil {
 		return credentials.Decision{}, err
 	}
+	c.secretKept(mc, secret)
+	restored := false
+	if secret == nil {
+		// Gone all the same (its finalizer removed by hand): the passwords in force are those of
+		// the last copy seen, not new ones the members would refuse.
+		if secret = c.lastSecret(mc); secret != nil {
+			restored = true
+		}
+	}
 	ann := mc.GetAnnotations()
 	tokens := credentials.Tokens{Password: ann[api.RotatePasswordAnnotation], Internal: ann[api.RotateInternalPasswordAnnotation]}
 	d, err := credentials.Decide(secret, tokens, time.Now(), c.opts.PasswordOverlap)
 	if err != nil {
 		return d, err
+	}
+	if restored {
+		d.SecretVersion = "" // written with a create
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonCredentialsRestored,
+			"Secret %s was deleted (its finalizer removed): written back from the last copy the operator saw, with the same passwords (revision %d)",
+			api.SecretName(mc.GetName()), d.Auth.Revision)
 	}
 	if d.Rejected == "" {
 		c.rejectedPasswords.Delete(key)

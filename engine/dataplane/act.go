@@ -121,6 +121,9 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 			c.depose(ctx, mc, m, p, client(m), mem)
 		}
 		if err := c.follow(ctx, client(m), p, cred); err != nil {
+			if member.IsRefused(err) && mem.refused == "" {
+				mem.refused = fmt.Sprintf("pointing %s at the primary %s: %v", name, p.Name, err)
+			}
 			logger.Info("Could not point a member at the primary; retrying", "member", name, "err", err)
 			continue
 		}
@@ -158,6 +161,26 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 		acted = true
 	}
 	return acted, nil
+}
+
+// ReasonReplacingMember is the Event of a stuck member replaced (roles.Stuck).
+const ReasonReplacingMember = "ReplacingStuckMember"
+
+// replaceStuck deletes the pods of members that cannot start on an outdated revision
+// (roles.Stuck), each with a Warning Event that says why: the StatefulSet makes each anew from the
+// current template, on the same volume.
+func (c *Controller) replaceStuck(ctx context.Context, mc *unstructured.Unstructured, stuck []roles.Member, updateRevision string) error {
+	for _, m := range stuck {
+		klog.FromContext(ctx).Info("Replacing a member that cannot start on an outdated revision", "member", m.Name, "why", m.Stuck,
+			"revision", m.Revision, "updateRevision", updateRevision)
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonReplacingMember,
+			"%s cannot start (%s) and was made from revision %s, not the StatefulSet's current %s: deleting its pod so that it is made anew from the current template, on the same volume",
+			m.Name, m.Stuck, m.Revision, updateRevision)
+		if err := c.deletePodWithin(ctx, mc.GetNamespace(), m, 1); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // failoverRecord is status.lastFailover for a primary that changed from from to to just now.

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sort"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
@@ -67,6 +69,13 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		return idle("no member pods")
 	}
 	updateRevision := c.informers.UpdateRevision(ns, name)
+	if stuck := roles.Stuck(members, updateRevision); len(stuck) > 0 {
+		// Before anything else: they need neither an address nor the credentials.
+		if err := c.replaceStuck(ctx, mc, stuck, updateRevision); err != nil {
+			return 0, err
+		}
+		return 200 * time.Millisecond, nil
+	}
 	addressed := false
 	for _, m := range members {
 		if m.IP != "" && !c.dialable(m.IP) {
@@ -100,6 +109,7 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	if tlsOK {
 		cred = withTLS(cred, tlsMaterial)
 	}
+	mem.refused = ""
 	c.observe(ctx, members, cred)
 	c.enableAOF(ctx, members, cred)
 
@@ -118,6 +128,7 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	if liveOK && live.err == nil {
 		c.applyLiveSettings(ctx, members, mem, live, cred)
 	}
+	c.checkDataLoss(ctx, mc, members, &mem.data)
 	now := time.Now()
 	if p := roles.HealthyPrimary(members); p != nil {
 		mem.unhealthySince, mem.lastPrimaryOffset, mem.lastPrimaryHistory, mem.lastPrimary = time.Time{}, p.Repl.Offset, p.Repl.ReplID, p.Name
@@ -158,8 +169,21 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	} else {
 		acted, err = c.act(ctx, mc, members, act, mem, cred)
 	}
+	if member.IsRefused(err) && mem.refused == "" {
+		mem.refused = fmt.Sprintf("%s: %v", actionOf(act), err)
+	}
+	for _, m := range members {
+		if mem.refused == "" && m.AuthError != "" && member.IsRefused(errors.New(m.AuthError)) {
+			mem.refused = fmt.Sprintf("giving %s the cache's credentials: %s", m.Name, m.AuthError)
+		}
+	}
+	if member.IsRefused(err) {
+		err = nil // reported in the view and an Event; looked at again at the next poll, not in a loop
+	}
+	c.reportRefused(mc, mem)
 	view := observedView(members, act)
-	view.Password, view.LastFailover = cred.Revision, mem.lastFailover
+	view.Refused = mem.refused
+	view.Password, view.LastFailover, view.DataLost = cred.Revision, mem.lastFailover, mem.data.message
 	c.store.setSample(key, sampleOf(ns, name, members, view, mem.lastFailover), true)
 	if liveOK {
 		view.Live = live.revision
@@ -180,6 +204,35 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	return c.opts.Poll, nil
 }
 
+// actionOf names what a decision was doing, for the message of a command refused.
+func actionOf(act roles.Action) string {
+	switch {
+	case act.SwitchTo != "":
+		return fmt.Sprintf("handing the primary over from %s to %s", act.From, act.SwitchTo)
+	case act.Promote:
+		return "promoting " + act.Primary
+	case act.Delete != "" || len(act.DeleteAll) > 0:
+		return "restarting members"
+	}
+	return "setting the members' roles"
+}
+
+// reportRefused emits a Warning Event, once per message, for a command the members refused the
+// operator in this pass.
+func (c *Controller) reportRefused(mc *unstructured.Unstructured, mem *roleMemory) {
+	if mem.refused == "" || mem.refused == mem.refusedReported {
+		mem.refusedReported = mem.refused
+		return
+	}
+	mem.refusedReported = mem.refused
+	c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonOperatorRefused,
+		"The members refuse the operator's command (%s): the operator cannot act on them until they accept its credentials", mem.refused)
+}
+
+// ReasonOperatorRefused is the Degraded condition's reason, and the Event, of a command the
+// members refused the operator (NOPERM, WRONGPASS, NOAUTH).
+const ReasonOperatorRefused = "OperatorRefused"
+
 // publish stores the view of a cache and, when it changed, has the cache's status rewritten.
 func (c *Controller) publish(key string, v View) {
 	if c.store.setView(key, v) {
@@ -199,7 +252,7 @@ func (c *Controller) memberPods(ns, name string) []roles.Member {
 			Name: p.Name, UID: p.UID, Ordinal: ord, IP: p.IP, Label: p.Labels[api.LabelRole], ReadWrite: p.Labels[api.LabelReadWrite] == "true",
 			TLS:      p.Labels[api.LabelTLS] == "true",
 			Deleting: p.DeletionTimestamp != nil, Revision: p.Labels["controller-revision-hash"], Server: p.Labels[api.LabelServer],
-			Stopped: !p.Running && p.IP != "", PodReady: p.Ready,
+			Stopped: !p.Running && p.IP != "", PodReady: p.Ready, Stuck: p.Stuck,
 		}
 		c.store.overlay(ns+"/"+m.Name, m.UID, &m)
 		out = append(out, m)

@@ -50,6 +50,11 @@ type roleMemory struct {
 	// reset is the last reset announced (its reason): a deletion that fails and is retried does
 	// not report the discarded keys twice.
 	reset string
+	// data follows the dataset, to report a loss (dataloss.go).
+	data dataLoss
+	// refused is the first command a member refused the operator in the current pass ("":
+	// none); refusedReported the last one reported in an Event.
+	refused, refusedReported string
 }
 
 // memberStore holds the member passes' views and memories, by cache key, and what the passes

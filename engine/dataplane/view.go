@@ -27,6 +27,11 @@ type View struct {
 	PasswordPending string
 	// LastFailover is the last change of primary this or an earlier process made (nil: none).
 	LastFailover *api.FailoverStatus
+	// DataLost, when set, says how the cache's data was lost (the DataLost condition).
+	DataLost string
+	// Refused, when set, is a command the members refused the operator (NOPERM, WRONGPASS, NOAUTH):
+	// what it could not do and the server's answer (the Degraded condition, ReasonOperatorRefused).
+	Refused string
 }
 
 // MemberStatus is one entry of status.members.

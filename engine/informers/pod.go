@@ -21,6 +21,34 @@ type Pod struct {
 	// InitFailure is the last failure of an init container (the restore's), "<name>: <message>",
 	// while the pod is still initializing; "" otherwise.
 	InitFailure string
+	// Stuck is why a container of the pod cannot start ("<reason>: <message>", a reason of
+	// StuckReasons), "" when none waits for such a reason.
+	Stuck string
+}
+
+// StuckReasons are the reasons a container waits for that it cannot get out of by waiting: its
+// image cannot be pulled, it cannot be created, or it keeps crashing.
+var StuckReasons = map[string]bool{
+	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true, "ErrImageNeverPull": true,
+	"CreateContainerError": true, "CreateContainerConfigError": true, "RunContainerError": true,
+	"CrashLoopBackOff": true,
+}
+
+// stuck returns why a container of statuses cannot start ("" if none is stuck).
+func stuck(statuses []corev1.ContainerStatus) string {
+	for _, cs := range statuses {
+		if w := cs.State.Waiting; w != nil && StuckReasons[w.Reason] {
+			msg := w.Reason
+			if w.Message != "" {
+				msg += ": " + w.Message
+			}
+			if len(msg) > 200 {
+				msg = msg[:197] + "..."
+			}
+			return msg
+		}
+	}
+	return ""
 }
 
 // initFailure is the failure of an init container that exited with an error and has not yet
@@ -79,6 +107,7 @@ func typedMemberPod(pod *corev1.Pod) *Pod {
 		}
 	}
 	p.InitFailure = initFailure(pod.Status.InitContainerStatuses)
+	p.Stuck = stuck(pod.Status.ContainerStatuses)
 	p.Running = len(pod.Status.ContainerStatuses) > 0
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.State.Running == nil {
@@ -109,6 +138,14 @@ func unstructuredMemberPod(u *unstructured.Unstructured) *Pod {
 		p.InitFailure = initFailure(inits)
 	}
 	statuses, _, _ := unstructured.NestedSlice(u.Object, "status", "containerStatuses")
+	var typed []corev1.ContainerStatus
+	for _, r := range statuses {
+		var cs corev1.ContainerStatus
+		if m, ok := r.(map[string]interface{}); ok && runtime.DefaultUnstructuredConverter.FromUnstructured(m, &cs) == nil {
+			typed = append(typed, cs)
+		}
+	}
+	p.Stuck = stuck(typed)
 	p.Running = len(statuses) > 0
 	for _, cs := range statuses {
 		if m, ok := cs.(map[string]interface{}); ok {

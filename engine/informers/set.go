@@ -59,7 +59,11 @@ type Set struct {
 	// managed-by label.
 	Children []Kind
 	// Pods holds the members' pods (labelled likewise), indexed by InstanceIndex.
-	Pods      cache.SharedIndexInformer
+	Pods cache.SharedIndexInformer
+	// Claims holds the members' PersistentVolumeClaims, metadata only, indexed by InstanceIndex.
+	// The StatefulSet makes them from its volume templates, which carry the caches' selector
+	// labels (not the managed-by label), so they are selected by the name label.
+	Claims    cache.SharedIndexInformer
 	factories []interface{ Start(stopCh <-chan struct{}) }
 }
 
@@ -77,7 +81,12 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	}
 	all := dynamicinformer.NewDynamicSharedInformerFactory(client, opts.Resync)
 	labelled := dynamicinformer.NewFilteredDynamicSharedInformerFactory(client, 0, metav1.NamespaceAll, selectLabelled)
-	s.factories = append(s.factories, all, labelled)
+	selectClaims := func(o *metav1.ListOptions) {
+		o.LabelSelector = labels.SelectorFromSet(labels.Set{api.LabelName: api.SelectorLabels("")[api.LabelName]}).String()
+	}
+	claims := dynamicinformer.NewFilteredDynamicSharedInformerFactory(client, 0, metav1.NamespaceAll, selectClaims)
+	s.factories = append(s.factories, all, labelled, claims)
+	claimInformer := func() cache.SharedIndexInformer { return claims.ForResource(Claims).Informer() }
 	// labelledInformer returns the informer of labelled objects of gvr: typed where Kube serves
 	// the kind, dynamic otherwise.
 	labelledInformer := func(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
@@ -92,6 +101,9 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 			}
 			return labelled.ForResource(gvr).Informer()
 		}
+		typedClaims := informers.NewSharedInformerFactoryWithOptions(opts.Kube, 0, informers.WithTweakListOptions(selectClaims))
+		s.factories = append(s.factories, typedClaims)
+		claimInformer = func() cache.SharedIndexInformer { return typedClaims.Core().V1().PersistentVolumeClaims().Informer() }
 	}
 
 	s.Caches = all.ForResource(api.Resource).Informer()
@@ -120,6 +132,13 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	if err := s.Pods.AddIndexers(cache.Indexers{InstanceIndex: podInstance}); err != nil {
 		return nil, err
 	}
+	s.Claims = claimInformer()
+	if err := s.Claims.SetTransform(claimTransform); err != nil {
+		return nil, err
+	}
+	if err := s.Claims.AddIndexers(cache.Indexers{InstanceIndex: podInstance}); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -128,7 +147,7 @@ func (s *Set) Start(ctx context.Context) error {
 	for _, f := range s.factories {
 		f.Start(ctx.Done())
 	}
-	synced := []cache.InformerSynced{s.Caches.HasSynced, s.Pods.HasSynced}
+	synced := []cache.InformerSynced{s.Caches.HasSynced, s.Pods.HasSynced, s.Claims.HasSynced}
 	for _, k := range s.Children {
 		synced = append(synced, k.Informer.HasSynced)
 	}

@@ -20,6 +20,12 @@ func IsAuthError(err error) bool {
 	return strings.Contains(s, "WRONGPASS") || strings.Contains(s, "NOAUTH") || strings.Contains(s, "invalid username-password pair")
 }
 
+// IsRefused reports whether err is a member refusing the operator: its credentials (IsAuthError)
+// or the permission to run a command (NOPERM).
+func IsRefused(err error) bool {
+	return IsAuthError(err) || (err != nil && strings.Contains(err.Error(), "NOPERM"))
+}
+
 // User is a server user as ACL GETUSER reports it.
 type User struct {
 	// Passwords are the SHA-256 hashes (hex, sorted) of its passwords.

@@ -200,7 +200,21 @@ var (
 		Name: "cache_operator_data_reset_keys_total",
 		Help: "Keys the caches held (the most any member reported at the last poll) when a reset discarded their data.",
 	})
+	dataLost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cache_operator_data_lost_total",
+		Help: "Caches whose every member came back empty on a new replication history after they held keys, with no reset asked for (the Events DataLost name the cache).",
+	}, []string{"namespace", "cache"})
+	dataLostKeys = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cache_operator_data_lost_keys_total",
+		Help: "Keys the caches held (the most any member reported at the last poll that saw keys) when every member came back empty.",
+	}, []string{"namespace", "cache"})
 )
+
+// DataLost records that every member of the cache ns/name came back empty, after it held keys.
+func DataLost(ns, name string, keys int64) {
+	dataLost.WithLabelValues(ns, name).Inc()
+	dataLostKeys.WithLabelValues(ns, name).Add(float64(keys))
+}
 
 // DataReset records a reset that discarded a cache's data, which held keys keys.
 func DataReset(keys int64) {
@@ -209,7 +223,8 @@ func DataReset(keys int64) {
 }
 
 func init() {
-	register(memberPolls, failovers, failoverDuration, liveSettings, writesDiscarded, writesDiscardedUnmeasured, dataResets, dataResetKeys)
+	register(memberPolls, failovers, failoverDuration, liveSettings, writesDiscarded, writesDiscardedUnmeasured, dataResets, dataResetKeys,
+		dataLost, dataLostKeys)
 }
 
 // WritesDiscarded records bytes of writes a deposed primary took that the primary never had.
@@ -319,5 +334,7 @@ func ForgetCache(namespace, cache string) {
 		v.DeleteLabelValues(namespace, cache)
 	}
 	backupFailures.DeleteLabelValues(namespace, cache)
+	dataLost.DeleteLabelValues(namespace, cache)
+	dataLostKeys.DeleteLabelValues(namespace, cache)
 	restores.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "cache": cache})
 }

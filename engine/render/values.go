@@ -146,6 +146,8 @@ type SecretKeys struct {
 	PreviousInternalUntilAnnotation, InternalRotatedFor              string
 	// InternalUser is the server user of the internal password.
 	InternalUser string
+	// Finalizer keeps the Secret while the cache uses it (api.SecretFinalizer).
+	Finalizer string
 }
 
 var secretKeys = SecretKeys{
@@ -155,6 +157,7 @@ var secretKeys = SecretKeys{
 	PreviousInternal: api.PreviousInternalPasswordKey, PreviousInternalUntilAnnotation: api.PreviousInternalUntilAnnotation,
 	InternalRotatedFor: api.InternalRotatedForAnnotation,
 	InternalUser:       api.InternalUser,
+	Finalizer:          api.SecretFinalizer,
 }
 
 // TLSKeys are the keys of the TLS Secret (engine/cachetls.Keys).

@@ -46,6 +46,29 @@ type Member struct {
 	// given in this pass (0 if not known); AuthError why it could not be given it.
 	PasswordRevision int64
 	AuthError        string
+	// Stuck is why its pod's server container cannot start (an image that cannot be pulled, a
+	// container that cannot be created or keeps crashing); "" when it is not stuck.
+	Stuck string
+}
+
+// Stuck returns the members to replace at once: each is stuck (its container cannot start, so it
+// serves nothing) on another revision than the StatefulSet's update revision, and is not already
+// being deleted. The StatefulSet (update strategy OnDelete) never replaces such a pod by itself,
+// and a roll waits for a whole cache: without this, a cache whose members were made from a
+// template since reverted (a StatefulSet deleted and re-made, an image edited by hand) would wait
+// for ever. Replacing one loses nothing: it serves nothing, and its volume is kept. A member stuck
+// on the update revision is left alone: it would be made anew just the same.
+func Stuck(members []Member, updateRevision string) []Member {
+	if updateRevision == "" {
+		return nil
+	}
+	var out []Member
+	for _, m := range members {
+		if m.Stuck != "" && m.Revision != "" && m.Revision != updateRevision && !m.Deleting && !m.Observed {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func (m Member) IsPrimary() bool { return m.Observed && m.Repl.Role == member.Primary }

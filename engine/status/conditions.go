@@ -53,8 +53,36 @@ func applyMemberView(s *Status, v dataplane.View, ok bool, generation int64) {
 	if v.Degraded != "" {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, v.Degraded, v.DegradedMessage
 	}
+	if v.Refused != "" {
+		// Why nothing moves: the members refuse the operator.
+		cond.Status, cond.Reason = metav1.ConditionTrue, dataplane.ReasonOperatorRefused
+		cond.Message = "the members refuse the operator's command (" + v.Refused + ")"
+		if v.Degraded != "" {
+			cond.Message += "; " + v.DegradedMessage
+		}
+	}
 	meta.SetStatusCondition(&s.Conditions, cond)
 	applyLiveCondition(s, v, generation)
+	applyDataLost(s, v, generation)
+}
+
+// ConditionDataLost is present, True, once every member of a cache came back empty after it
+// held keys (dataplane.ReasonDataLost); it stays until the cache's spec changes.
+const ConditionDataLost = "DataLost"
+
+// applyDataLost sets DataLost from a pass that saw the loss, and removes it once the spec changed
+// since it was set.
+func applyDataLost(s *Status, v dataplane.View, generation int64) {
+	if v.DataLost != "" {
+		if c := meta.FindStatusCondition(s.Conditions, ConditionDataLost); c == nil || c.Message != v.DataLost {
+			meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionDataLost, Status: metav1.ConditionTrue,
+				Reason: dataplane.ReasonDataLost, Message: v.DataLost, ObservedGeneration: generation})
+		}
+		return
+	}
+	if c := meta.FindStatusCondition(s.Conditions, ConditionDataLost); c != nil && c.ObservedGeneration != generation {
+		meta.RemoveStatusCondition(&s.Conditions, ConditionDataLost)
+	}
 }
 
 // ConditionConfigApplied says whether every member runs with the cache's live settings.

@@ -1,0 +1,301 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"example.com/cache-operator/e2e/framework"
+)
+
+// healRow is one line of TestDeletingAChildCostsNothing's table.
+type healRow struct {
+	action                       string
+	stall                        time.Duration
+	keysBefore, keysAfter, base  int64
+	lost                         int
+	passwordsChanged, switchover string
+}
+
+// TestDeletingAChildCostsNothing: a cache of 3 members holding 10,000 keys, under a writer that
+// records every acknowledged write, has each of its children deleted as a user would with
+// kubectl, one after the other: the ConfigMap, each Service, the PDB, one replica's claim and pod,
+// every pod at once, the StatefulSet with each cascade, a StatefulSet whose pods were made from a
+// drifted template, and the password Secret (with the operator running, with its finalizer
+// removed by hand, with the operator stopped, then the StatefulSet deleted too). After each: the
+// cache whole again, every one of the 10,000 keys present, no acknowledged write lost, both
+// passwords unchanged, every claim owned by the cache, and a switchover that succeeds (the
+// operator is in control). The table is logged.
+func TestDeletingAChildCostsNothing(t *testing.T) {
+	ctx := context.Background()
+	const name = "keep"
+	rc := newRealCache(t, "heal", name)
+	c, ns, pw, op := rc.c, rc.ns, rc.password, rc.op
+	internal := internalPassword(t, c, ns, name)
+
+	// The read-write Service's address, read anew at each dial: deleting the Service gives it
+	// another ClusterIP, which a client finds through DNS.
+	rwAddr := func() string {
+		svc, err := c.Kube.CoreV1().Services(ns).Get(ctx, name+"-rw", metav1.GetOptions{})
+		if err != nil || svc.Spec.ClusterIP == "" {
+			return rc.addr
+		}
+		return net.JoinHostPort(svc.Spec.ClusterIP, "6379")
+	}
+	const baseKeys = 10_000
+	seed := newClient(rc.addr, pw)
+	for i := 0; i < baseKeys; i += 1000 {
+		pipe := seed.Pipeline()
+		for j := i; j < i+1000; j++ {
+			pipe.Set(ctx, fmt.Sprintf("base:%d", j), j, 0)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatalf("seeding the keys: %v", err)
+		}
+	}
+	seed.Close()
+	w := startWriterDial(t, func() *redis.Client { return newClient(rwAddr(), pw) }, "w:", true, 0, 20_000_000, 40*time.Minute)
+	w.waitOK(t, time.Now(), time.Minute)
+
+	// baseKeysPresent counts the seeded keys the primary holds, and its DBSIZE.
+	baseKeysPresent := func() (int64, int64) {
+		cl := newClient(rwAddr(), pw)
+		defer cl.Close()
+		var present int64
+		for i := 0; i < baseKeys; i += 1000 {
+			keys := make([]string, 0, 1000)
+			for j := i; j < i+1000; j++ {
+				keys = append(keys, fmt.Sprintf("base:%d", j))
+			}
+			n, err := cl.Exists(ctx, keys...).Result()
+			if err != nil {
+				t.Fatalf("reading the keys: %v", err)
+			}
+			present += n
+		}
+		size, err := cl.DBSize(ctx).Result()
+		if err != nil {
+			t.Fatalf("DBSIZE: %v", err)
+		}
+		return present, size
+	}
+	claimsOwned := func() string {
+		mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		claims, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name})
+		if err != nil {
+			return err.Error()
+		}
+		var bad []string
+		for _, cl := range claims.Items {
+			owned := false
+			for _, ref := range cl.OwnerReferences {
+				owned = owned || (ref.UID == mc.GetUID() && ref.Kind == "ManagedCache")
+			}
+			if !owned {
+				bad = append(bad, cl.Name)
+			}
+		}
+		if len(claims.Items) < 3 || len(bad) > 0 {
+			return fmt.Sprintf("%d claims, not owned by the cache: %v", len(claims.Items), bad)
+		}
+		return ""
+	}
+	framework.Eventually(t, time.Minute, "every claim owned by the cache", func() (bool, string, error) {
+		why := claimsOwned()
+		return why == "", why, nil
+	})
+	switchover := func() string {
+		primary := statusPrimary(t, c, ns, name)
+		target := ""
+		for _, p := range memberPods(t, c, ns, name) {
+			if p.Name != primary && target == "" {
+				target = p.Name
+			}
+		}
+		patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{"cache.example.com/switchover-to":%q}}}`, target))
+		if _, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		framework.Eventually(t, 2*time.Minute, "the switchover to "+target, func() (bool, string, error) {
+			mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			p, _, _ := unstructured.NestedString(mc.Object, "status", "primary")
+			_, pending := mc.GetAnnotations()["cache.example.com/switchover-to"]
+			return p == target && !pending, fmt.Sprintf("status.primary %s, annotation pending %v", p, pending), nil
+		})
+		waitWhole(t, c, ns, name, 3, 3*time.Minute)
+		return fmt.Sprintf("%s -> %s in %v", primary, target, time.Since(start).Round(100*time.Millisecond))
+	}
+	kubectl := func(args ...string) {
+		t.Helper()
+		if out, err := c.Kubectl(ctx, append(args, "-n", ns)...); err != nil {
+			t.Fatalf("kubectl %v: %v: %s", args, err, out)
+		}
+	}
+	secretGone := func(uid types.UID) func() (bool, string, error) {
+		return func() (bool, string, error) {
+			s, err := c.Kube.CoreV1().Secrets(ns).Get(ctx, name+"-auth", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			return s.UID != uid, fmt.Sprintf("Secret UID %s, finalizers %v", s.UID, s.Finalizers), nil
+		}
+	}
+	secretTerminating := func() (bool, string, error) {
+		s, err := c.Kube.CoreV1().Secrets(ns).Get(ctx, name+"-auth", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return s.DeletionTimestamp != nil, fmt.Sprintf("deletionTimestamp %v, finalizers %v", s.DeletionTimestamp, s.Finalizers), nil
+	}
+	replica := func() string {
+		primary := statusPrimary(t, c, ns, name)
+		for _, p := range memberPods(t, c, ns, name) {
+			if p.Name != primary {
+				return p.Name
+			}
+		}
+		t.Fatal("no replica")
+		return ""
+	}
+
+	var rows []healRow
+	lostSoFar := 0
+	step := func(action string, do func()) {
+		t.Helper()
+		base, before := baseKeysPresent()
+		t0 := time.Now()
+		do()
+		waitWhole(t, c, ns, name, 3, 5*time.Minute)
+		w.waitOK(t, time.Now(), 2*time.Minute)
+		stall := w.longestStall(t0)
+		framework.Eventually(t, time.Minute, "every claim owned by the cache after: "+action, func() (bool, string, error) {
+			why := claimsOwned()
+			return why == "", why, nil
+		})
+		present, after := baseKeysPresent()
+		lost := len(w.lost(t, rwAddr(), pw))
+		changed := []string{}
+		if password(t, c, ns, name) != pw {
+			changed = append(changed, "clients'")
+		}
+		if internalPassword(t, c, ns, name) != internal {
+			changed = append(changed, "internal")
+		}
+		row := healRow{action: action, stall: stall, keysBefore: before, keysAfter: after, base: present, lost: lost - lostSoFar,
+			passwordsChanged: strings.Join(changed, ", "), switchover: switchover()}
+		lostSoFar = lost
+		rows = append(rows, row)
+		t.Logf("%s: longest stretch without an acknowledged write %v; keys %d -> %d (seeded keys present %d of %d); acknowledged writes lost %d; passwords changed: %q; switchover %s",
+			action, stall.Round(100*time.Millisecond), before, after, present, base, row.lost, row.passwordsChanged, row.switchover)
+		if present != baseKeys || row.lost != 0 || len(changed) > 0 {
+			t.Errorf("%s: seeded keys present %d of %d, %d acknowledged writes lost, passwords changed %v; want every key, none lost, none changed",
+				action, present, baseKeys, row.lost, changed)
+		}
+	}
+
+	step("delete ConfigMap", func() { kubectl("delete", "configmap", name+"-config", "--wait=false") })
+	step("delete Service "+name+"-rw", func() { kubectl("delete", "service", name+"-rw", "--wait=false") })
+	step("delete Service "+name+"-ro", func() { kubectl("delete", "service", name+"-ro", "--wait=false") })
+	step("delete Service "+name+" (headless)", func() { kubectl("delete", "service", name, "--wait=false") })
+	step("delete PodDisruptionBudget", func() { kubectl("delete", "pdb", name, "--wait=false") })
+	step("delete one replica's claim and pod", func() {
+		r := replica()
+		kubectl("delete", "pvc", "data-"+r, "--wait=false")
+		kubectl("delete", "pod", r, "--wait=false")
+	})
+	step("delete every pod at once", func() {
+		kubectl("delete", "pod", "-l", "app.kubernetes.io/instance="+name, "--wait=false")
+	})
+	for _, cascade := range []string{"background", "foreground", "orphan"} {
+		step("delete StatefulSet (--cascade="+cascade+")", func() {
+			kubectl("delete", "statefulset", name, "--cascade="+cascade, "--wait=false")
+		})
+	}
+	step("pods made from a drifted template (operator stopped meanwhile)", func() {
+		replaced := eventCount(t, c, ns, name, "ReplacingStuckMember")
+		op.stop(syscall.SIGTERM)
+		kubectl("set", "image", "statefulset/"+name, "*=example.invalid/drifted:1")
+		kubectl("delete", "pod", "-l", "app.kubernetes.io/instance="+name, "--wait=false")
+		framework.Eventually(t, 3*time.Minute, "every member made anew from the drifted template, unable to start", func() (bool, string, error) {
+			var seen []string
+			stuck := 0
+			for _, p := range memberPods(t, c, ns, name) {
+				for _, cs := range p.Status.ContainerStatuses {
+					if w := cs.State.Waiting; w != nil {
+						seen = append(seen, p.Name+":"+w.Reason)
+						if w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff" {
+							stuck++
+						}
+					}
+				}
+			}
+			return stuck == 3, fmt.Sprint(seen), nil
+		})
+		op = startOperator(t, c)
+		framework.Eventually(t, 2*time.Minute, "the stuck members replaced, with an Event each", func() (bool, string, error) {
+			n := eventCount(t, c, ns, name, "ReplacingStuckMember") - replaced
+			return n >= 3, fmt.Sprintf("%d ReplacingStuckMember Events", n), nil
+		})
+	})
+	step("delete Secret (operator running)", func() {
+		kept := eventCount(t, c, ns, name, "CredentialsKept")
+		kubectl("delete", "secret", name+"-auth", "--wait=false")
+		framework.Eventually(t, time.Minute, "the Secret kept, Terminating", secretTerminating)
+		framework.Eventually(t, time.Minute, "a CredentialsKept Event", func() (bool, string, error) {
+			n := eventCount(t, c, ns, name, "CredentialsKept") - kept
+			return n == 1, fmt.Sprintf("%d CredentialsKept Events", n), nil
+		})
+	})
+	step("Secret's finalizer removed by hand (operator running)", func() {
+		s, err := c.Kube.CoreV1().Secrets(ns).Get(ctx, name+"-auth", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kubectl("patch", "secret", name+"-auth", "--type=json", `-p=[{"op":"remove","path":"/metadata/finalizers"}]`)
+		framework.Eventually(t, time.Minute, "the Secret written back", secretGone(s.UID))
+		framework.Eventually(t, time.Minute, "a CredentialsRestored Event", func() (bool, string, error) {
+			n := eventCount(t, c, ns, name, "CredentialsRestored")
+			return n >= 1, fmt.Sprintf("%d CredentialsRestored Events", n), nil
+		})
+	})
+	step("delete Secret (operator stopped)", func() {
+		op.stop(syscall.SIGTERM)
+		kubectl("delete", "secret", name+"-auth", "--wait=false")
+		framework.Eventually(t, time.Minute, "the Secret kept, Terminating", secretTerminating)
+		op = startOperator(t, c)
+	})
+	step("delete StatefulSet (--cascade=background) while its Secret is Terminating", func() {
+		kubectl("delete", "statefulset", name, "--wait=false")
+	})
+	w.halt()
+	lost := w.lost(t, rwAddr(), pw)
+	var table strings.Builder
+	table.WriteString("| action | longest stretch without writes | keys before | keys after | seeded keys | acknowledged writes lost | passwords changed | switchover |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		changed := r.passwordsChanged
+		if changed == "" {
+			changed = "none"
+		}
+		fmt.Fprintf(&table, "| %s | %.1f s | %d | %d | %d/%d | %d | %s | %s |\n", r.action, r.stall.Seconds(), r.keysBefore, r.keysAfter, r.base, baseKeys, r.lost, changed, r.switchover)
+	}
+	t.Logf("every deletion, %d acknowledged writes in all, %d lost:\n%s", len(w.acked), len(lost), table.String())
+	if len(lost) != 0 {
+		t.Errorf("%d acknowledged writes lost in all", len(lost))
+	}
+}
