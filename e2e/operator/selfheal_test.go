@@ -209,6 +209,63 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 		}
 	}
 
+	// A cache as an older operator left it: claims deleted with the StatefulSet (its controller
+	// reference on each) and none owned by the cache. The operator moves it in place: no pod
+	// restarts, the policy back to Retain, the claims the cache's, the StatefulSet's reference
+	// dropped by its controller.
+	step("an older operator's volume ownership moved in place", func() {
+		op.stop(syscall.SIGTERM)
+		kubectl("patch", "statefulset", name, "--type=merge", `-p={"spec":{"persistentVolumeClaimRetentionPolicy":{"whenDeleted":"Delete"}}}`)
+		claims, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cl := range claims.Items {
+			kubectl("patch", "pvc", cl.Name, "--type=json", `-p=[{"op":"remove","path":"/metadata/ownerReferences"}]`)
+		}
+		framework.Eventually(t, time.Minute, "every claim controlled by the StatefulSet alone, as an older operator left them", func() (bool, string, error) {
+			claims, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name})
+			if err != nil {
+				return false, "", err
+			}
+			var seen []string
+			ok := len(claims.Items) == 3
+			for _, cl := range claims.Items {
+				ref := metav1.GetControllerOf(&cl)
+				ok = ok && ref != nil && ref.Kind == "StatefulSet" && len(cl.OwnerReferences) == 1
+				seen = append(seen, fmt.Sprintf("%s: %v", cl.Name, cl.OwnerReferences))
+			}
+			return ok, fmt.Sprint(seen), nil
+		})
+		uids := map[string]types.UID{}
+		for _, p := range memberPods(t, c, ns, name) {
+			uids[p.Name] = p.UID
+		}
+		op = startOperator(t, c)
+		framework.Eventually(t, time.Minute, "the claims the cache's alone, the StatefulSet's policy Retain", func() (bool, string, error) {
+			sts, err := c.Kube.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			policy := sts.Spec.PersistentVolumeClaimRetentionPolicy
+			claims, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name})
+			if err != nil {
+				return false, "", err
+			}
+			ok := policy != nil && policy.WhenDeleted == "Retain" && claimsOwned() == ""
+			var seen []string
+			for _, cl := range claims.Items {
+				ok = ok && len(cl.OwnerReferences) == 1
+				seen = append(seen, fmt.Sprintf("%s: %v", cl.Name, cl.OwnerReferences))
+			}
+			return ok, fmt.Sprintf("policy %v; %v", policy, seen), nil
+		})
+		for _, p := range memberPods(t, c, ns, name) {
+			if uids[p.Name] != p.UID {
+				t.Errorf("%s restarted in the move (uid %s -> %s); want no pod made anew", p.Name, uids[p.Name], p.UID)
+			}
+		}
+	})
 	step("delete ConfigMap", func() { kubectl("delete", "configmap", name+"-config", "--wait=false") })
 	step("delete Service "+name+"-rw", func() { kubectl("delete", "service", name+"-rw", "--wait=false") })
 	step("delete Service "+name+"-ro", func() { kubectl("delete", "service", name+"-ro", "--wait=false") })
