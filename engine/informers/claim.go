@@ -1,7 +1,9 @@
 package informers
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -13,6 +15,8 @@ var Claims = schema.GroupVersionResource{Version: "v1", Resource: "persistentvol
 // references), which is all the operator reads of a claim.
 type Claim struct {
 	metav1.ObjectMeta
+	// Bound: the claim is bound to a volume (status.phase Bound).
+	Bound bool
 }
 
 // claimTransform is the claim informer's transform: the metadata the operator reads.
@@ -29,6 +33,13 @@ func claimTransform(obj interface{}) (interface{}, error) {
 		DeletionTimestamp: o.GetDeletionTimestamp(), OwnerReferences: o.GetOwnerReferences(),
 		Labels: keepLabels(o.GetLabels(), podLabels...),
 	}}
+	switch pvc := obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		c.Bound = pvc.Status.Phase == corev1.ClaimBound
+	case *unstructured.Unstructured:
+		phase, _, _ := unstructured.NestedString(pvc.Object, "status", "phase")
+		c.Bound = phase == string(corev1.ClaimBound)
+	}
 	return c, nil
 }
 

@@ -44,12 +44,14 @@ func ownsClaim(claim *informers.Claim, uid types.UID) bool {
 	return false
 }
 
-// ClaimsToOwn returns the claims of the cache mc (from the claim informer) that lack its owner
-// reference, the ones being deleted left out. A cache whose claims all carry it needs no request.
+// ClaimsToOwn returns the bound claims of the cache mc (from the claim informer) that lack its
+// owner reference, the ones being deleted left out. A claim not yet bound holds no data, and its
+// provisioner and the volume binder are writing it: it is owned once bound, so that no write
+// races theirs. A cache whose claims all carry the reference needs no request.
 func ClaimsToOwn(mc *unstructured.Unstructured, claims []*informers.Claim) []*informers.Claim {
 	var out []*informers.Claim
 	for _, c := range claims {
-		if c.DeletionTimestamp == nil && !ownsClaim(c, mc.GetUID()) {
+		if c.Bound && c.DeletionTimestamp == nil && !ownsClaim(c, mc.GetUID()) {
 			out = append(out, c)
 		}
 	}

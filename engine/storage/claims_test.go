@@ -10,7 +10,7 @@ import (
 	"example.com/cache-operator/engine/informers"
 )
 
-// Only the claims that lack the cache's owner reference, and are not going, need a request; the
+// Only the bound claims that lack the cache's owner reference, and are not going, need a request; the
 // reference is not a controller (the StatefulSet controller's may be there).
 func TestClaimsToOwn(t *testing.T) {
 	mc := &unstructured.Unstructured{}
@@ -18,7 +18,7 @@ func TestClaimsToOwn(t *testing.T) {
 	mc.SetUID("cache-uid")
 	now := metav1.Now()
 	claim := func(name string, deleting bool, owners ...types.UID) *informers.Claim {
-		cl := &informers.Claim{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		cl := &informers.Claim{ObjectMeta: metav1.ObjectMeta{Name: name}, Bound: true}
 		for _, uid := range owners {
 			cl.OwnerReferences = append(cl.OwnerReferences, metav1.OwnerReference{UID: uid})
 		}
@@ -33,6 +33,7 @@ func TestClaimsToOwn(t *testing.T) {
 		claim("data-c-2", false),
 		claim("data-c-3", true),
 		claim("data-c-4", false, "sts-uid", "cache-uid"),
+		{ObjectMeta: metav1.ObjectMeta{Name: "data-c-5"}}, // not yet bound
 	})
 	var names []string
 	for _, c := range got {
