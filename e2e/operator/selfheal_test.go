@@ -174,6 +174,45 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 		return ""
 	}
 
+	// uidOf is the UID of an object of the cache's namespace ("" when it is not there).
+	uidOf := func(kind, obj string) string {
+		out, err := c.Kubectl(ctx, "get", kind, obj, "-n", ns, "-o", "jsonpath={.metadata.uid}")
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(out)
+	}
+	// remade waits until the object is there again under another UID: the deletion took effect
+	// and the operator wrote it back.
+	remade := func(kind, obj, old string) {
+		t.Helper()
+		framework.Eventually(t, 2*time.Minute, kind+" "+obj+" made anew", func() (bool, string, error) {
+			uid := uidOf(kind, obj)
+			return uid != "" && uid != old, "uid " + uid, nil
+		})
+	}
+	podUIDs := func() map[string]types.UID {
+		out := map[string]types.UID{}
+		for _, p := range memberPods(t, c, ns, name) {
+			out[p.Name] = p.UID
+		}
+		return out
+	}
+	// podsRemade waits until every member named in old has a pod made anew.
+	podsRemade := func(old map[string]types.UID) {
+		t.Helper()
+		framework.Eventually(t, 3*time.Minute, "the members' pods made anew", func() (bool, string, error) {
+			now := podUIDs()
+			var waiting []string
+			for n, uid := range old {
+				if cur, ok := now[n]; !ok || cur == uid {
+					waiting = append(waiting, n)
+				}
+			}
+			return len(waiting) == 0, fmt.Sprintf("not yet made anew: %v", waiting), nil
+		})
+	}
+
 	var rows []healRow
 	lostSoFar := 0
 	step := func(action string, do func()) {
@@ -215,7 +254,8 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 	// dropped by its controller.
 	step("an older operator's volume ownership moved in place", func() {
 		op.stop(syscall.SIGTERM)
-		kubectl("patch", "statefulset", name, "--type=merge", `-p={"spec":{"persistentVolumeClaimRetentionPolicy":{"whenDeleted":"Delete"}}}`)
+		// The cache's references off first: the StatefulSet controller adds its own as soon as the
+		// policy says Delete.
 		claims, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name})
 		if err != nil {
 			t.Fatal(err)
@@ -223,6 +263,7 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 		for _, cl := range claims.Items {
 			kubectl("patch", "pvc", cl.Name, "--type=json", `-p=[{"op":"remove","path":"/metadata/ownerReferences"}]`)
 		}
+		kubectl("patch", "statefulset", name, "--type=merge", `-p={"spec":{"persistentVolumeClaimRetentionPolicy":{"whenDeleted":"Delete"}}}`)
 		framework.Eventually(t, time.Minute, "every claim controlled by the StatefulSet alone, as an older operator left them", func() (bool, string, error) {
 			claims, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name})
 			if err != nil {
@@ -266,24 +307,54 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 			}
 		}
 	})
-	step("delete ConfigMap", func() { kubectl("delete", "configmap", name+"-config", "--wait=false") })
-	step("delete Service "+name+"-rw", func() { kubectl("delete", "service", name+"-rw", "--wait=false") })
-	step("delete Service "+name+"-ro", func() { kubectl("delete", "service", name+"-ro", "--wait=false") })
-	step("delete Service "+name+" (headless)", func() { kubectl("delete", "service", name, "--wait=false") })
-	step("delete PodDisruptionBudget", func() { kubectl("delete", "pdb", name, "--wait=false") })
-	step("delete one replica's claim and pod", func() {
-		r := replica()
-		kubectl("delete", "pvc", "data-"+r, "--wait=false")
-		kubectl("delete", "pod", r, "--wait=false")
-	})
-	step("delete every pod at once", func() {
-		kubectl("delete", "pod", "-l", "app.kubernetes.io/instance="+name, "--wait=false")
-	})
-	for _, cascade := range []string{"background", "foreground", "orphan"} {
-		step("delete StatefulSet (--cascade="+cascade+")", func() {
-			kubectl("delete", "statefulset", name, "--cascade="+cascade, "--wait=false")
+	for _, child := range [][2]string{{"configmap", name + "-config"}, {"service", name + "-rw"}, {"service", name + "-ro"},
+		{"service", name}, {"poddisruptionbudget", name}} {
+		step("delete "+child[0]+" "+child[1], func() {
+			old := uidOf(child[0], child[1])
+			kubectl("delete", child[0], child[1], "--wait=false")
+			remade(child[0], child[1], old)
 		})
 	}
+	step("delete one replica's claim and pod", func() {
+		r := replica()
+		old := uidOf("pvc", "data-"+r)
+		pods := podUIDs()
+		kubectl("delete", "pvc", "data-"+r, "--wait=false")
+		kubectl("delete", "pod", r, "--wait=false")
+		remade("pvc", "data-"+r, old)
+		podsRemade(map[string]types.UID{r: pods[r]})
+	})
+	step("delete every pod at once", func() {
+		pods := podUIDs()
+		kubectl("delete", "pod", "-l", "app.kubernetes.io/instance="+name, "--wait=false")
+		podsRemade(pods)
+	})
+	for _, cascade := range []string{"background", "foreground"} {
+		step("delete StatefulSet (--cascade="+cascade+")", func() {
+			old, pods := uidOf("statefulset", name), podUIDs()
+			kubectl("delete", "statefulset", name, "--cascade="+cascade, "--wait=false")
+			remade("statefulset", name, old)
+			podsRemade(pods)
+		})
+	}
+	step("delete StatefulSet (--cascade=orphan)", func() {
+		old := uidOf("statefulset", name)
+		kubectl("delete", "statefulset", name, "--cascade=orphan", "--wait=false")
+		remade("statefulset", name, old)
+		sts := uidOf("statefulset", name)
+		framework.Eventually(t, 2*time.Minute, "the running pods adopted by the StatefulSet made anew", func() (bool, string, error) {
+			var seen []string
+			adopted := 0
+			for _, p := range memberPods(t, c, ns, name) {
+				ref := metav1.GetControllerOf(&p)
+				if ref != nil && string(ref.UID) == sts {
+					adopted++
+				}
+				seen = append(seen, fmt.Sprintf("%s: %v", p.Name, ref))
+			}
+			return adopted == 3, fmt.Sprint(seen), nil
+		})
+	})
 	step("pods made from a drifted template (operator stopped meanwhile)", func() {
 		replaced := eventCount(t, c, ns, name, "ReplacingStuckMember")
 		op.stop(syscall.SIGTERM)
@@ -338,7 +409,10 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 		op = startOperator(t, c)
 	})
 	step("delete StatefulSet (--cascade=background) while its Secret is Terminating", func() {
+		old, pods := uidOf("statefulset", name), podUIDs()
 		kubectl("delete", "statefulset", name, "--wait=false")
+		remade("statefulset", name, old)
+		podsRemade(pods)
 	})
 	w.halt()
 	lost := w.lost(t, rwAddr(), pw)

@@ -130,7 +130,13 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	}
 	c.checkDataLoss(ctx, mc, members, &mem.data)
 	now := time.Now()
+	for _, m := range members {
+		if m.Label == api.RolePrimary && m.Deleting && m.IsPrimary() {
+			mem.primaryStopping = m.Name // a graceful stop: what it acknowledged is on its volume
+		}
+	}
 	if p := roles.HealthyPrimary(members); p != nil {
+		mem.primaryStopping = ""
 		mem.unhealthySince, mem.lastPrimaryOffset, mem.lastPrimaryHistory, mem.lastPrimary = time.Time{}, p.Repl.Offset, p.Repl.ReplID, p.Name
 	} else if mem.unhealthySince.IsZero() {
 		mem.unhealthySince = now
@@ -145,6 +151,7 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		Now: now, Members: members, Delay: spec.FailoverDelay, UnhealthySince: mem.unhealthySince,
 		SwitchoverTo: mc.GetAnnotations()[api.SwitchoverAnnotation], UpdateRevision: updateRevision,
 		Replicas: int(spec.Replicas), History: mem.lastPrimaryHistory, LastPrimary: mem.lastPrimary,
+		LastPrimaryStopped: mem.primaryStopping != "" && mem.primaryStopping == mem.lastPrimary,
 	}
 	if restoring(mc, spec) {
 		v.RestoreFrom = api.RestoreMember(mc.GetName())

@@ -23,6 +23,9 @@ type roleMemory struct {
 	// name (cleared when the cache hibernates or resets: its next primary is elected, not a
 	// failover's).
 	lastPrimaryHistory, lastPrimary string
+	// primaryStopping is the primary last seen with its pod being deleted while it served ("":
+	// none since the last healthy primary).
+	primaryStopping string
 	// live is the cache's live settings as last read from its ConfigMap (at liveRV), and
 	// liveChecked, per member (by pod UID), the revision last found or made current, and when.
 	liveRV      string

@@ -49,7 +49,7 @@ type Replication struct {
 	// Role is master or slave.
 	Role Role
 	// Offset is the replication offset: master_repl_offset on a primary, slave_repl_offset on a
-	// replica (0 while it has never synced).
+	// replica (1 while it has never synced since it started).
 	Offset int64
 	// ReplID is the replication history the member is on (master_replid): offsets compare only
 	// between members on the same history.

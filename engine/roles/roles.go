@@ -127,6 +127,9 @@ type View struct {
 	// primary that is gone: a pod deleted and made anew loses its label, and replacing it is a
 	// failover, not a first election.
 	LastPrimary string
+	// LastPrimaryStopped: the caller saw LastPrimary's pod being deleted while it still served
+	// (a graceful stop: its server writes its AOF as it stops), not a crash.
+	LastPrimaryStopped bool
 }
 
 // RestoreWait is how long a restored cache's first primary waits, at most, for every member to
@@ -349,6 +352,27 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 			act.Degraded, act.DegradedMessage = ReasonHandingOver, fmt.Sprintf("primary %s handed over to %s; moving the role labels", from, t.Name)
 			return finishLabels(v, act, byName)
 		}
+		if from != "" && (v.LastPrimaryStopped || !continued(v.Members, from)) {
+			// The lost primary stopped on purpose (its pod deleted while it served, and the
+			// handover did not happen: every pod was deleted, a StatefulSet with them), or every
+			// member restarted (none has replicated anything since it started): no replica can be
+			// shown to hold what the primary acknowledged last, and the lost primary, back on its
+			// volume, holds all of it (it wrote its AOF as it stopped). It is elected again once
+			// it answers with its data; it is waited for, as a resumed cache's primary is, before
+			// the election goes on without it.
+			m, present := byName[from]
+			if present && m.Observed && !m.Deleting && !m.Repl.Loading && (m.Repl.Keys > 0 || !anyKeys(v.Members)) {
+				act.Primary, act.From, act.Promote = m.Name, from, true
+				act.Degraded, act.DegradedMessage = ReasonFailingOver, fmt.Sprintf("every member restarted; promoting %s again, the primary before, back with its data", m.Name)
+				return finishLabels(v, act, byName)
+			}
+			if until := v.UnhealthySince.Add(max(v.Delay, RestoreWait)); v.Now.Before(until) && (!present || m.Deleting || !m.Observed || m.Repl.Loading) {
+				act.WaitUntil = v.Now.Add(min(until.Sub(v.Now), time.Second)) // it may answer any moment
+				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("every member restarted; waiting for %s, the primary before, to come back with its data", from)
+				act.Labels = map[string]string{}
+				return act
+			}
+		}
 		best, ok := bestCandidate(v.Members, from, history)
 		if !ok {
 			act.Degraded, act.DegradedMessage = ReasonNoPrimary, "no member answers; nothing to promote"
@@ -557,6 +581,20 @@ func bestCandidate(members []Member, exclude, history string) (Member, bool) {
 		return a.Ordinal < b.Ordinal
 	})
 	return cands[0], true
+}
+
+// continued reports whether a member other than the lost primary from still carries a primary's
+// replication stream: a replica that has replicated since it started, or a member that says
+// master. A replica that has never synced since it started reports slave_repl_offset 1 (its offset
+// starts there), so more than 1 is a replica that has. Members that all restarted replicate
+// nothing until a primary is elected.
+func continued(members []Member, from string) bool {
+	for _, m := range members {
+		if m.Name != from && m.Observed && !m.Deleting && (m.Repl.Offset > 1 || m.Repl.Role == member.Primary) {
+			return true
+		}
+	}
+	return false
 }
 
 // anyKeys reports whether a member that answers holds keys.

@@ -428,3 +428,67 @@ func TestPrimaryReplacedWithoutItsLabelIsAFailover(t *testing.T) {
 		t.Errorf("c-2's pod gone: primary %q from %q; want a failover from c-2 to c-1 at once", got.Primary, got.From)
 	}
 }
+
+// Every member restarted at once (all pods deleted, a StatefulSet with them): none replicated
+// anything since, so no offset proves what it holds, and the lost primary, back on its volume,
+// holds every write it acknowledged. It is waited for (up to RestoreWait) and elected again,
+// even where another member holds more keys; a replica that carries the stream wins as before.
+func TestEveryMemberRestartedElectsTheLastPrimary(t *testing.T) {
+	now := time.Unix(1000, 0)
+	rw := "c-rw.ns.svc.cluster.local"
+	fresh := func(id string, keys int64) *member.Replication {
+		return &member.Replication{Role: member.Replica, PrimaryHost: rw, PrimaryPort: api.Port, Keys: keys, ReplID: id}
+	}
+	v := View{Now: now, Delay: 3 * time.Second, UnhealthySince: now.Add(-5 * time.Second), UpdateRevision: "r1", Replicas: 3,
+		History: "h1", LastPrimary: "c-0",
+		Members: []Member{m(0, "replica", nil), m(1, "replica", fresh("a", 900)), m(2, "replica", fresh("b", 950))}}
+	got := Decide(v, 1000)
+	if got.Primary != "" || got.Degraded != ReasonNoPrimary || got.WaitUntil.IsZero() || !strings.Contains(got.DegradedMessage, "c-0") {
+		t.Fatalf("c-0 not back yet: primary %q degraded %q (%s) wait %v; want c-0 waited for", got.Primary, got.Degraded, got.DegradedMessage, got.WaitUntil)
+	}
+	v.Members[0] = m(0, "replica", fresh("c", 940))
+	got = Decide(v, 1000)
+	if got.Primary != "c-0" || got.From != "c-0" || !got.Promote || got.Degraded != ReasonFailingOver {
+		t.Errorf("c-0 back with its data: primary %q from %q promote %v degraded %q; want c-0 promoted again", got.Primary, got.From, got.Promote, got.Degraded)
+	}
+	// Loading its data: still waited for.
+	v.Members[0].Repl.Loading = true
+	if got := Decide(v, 1000); got.Primary != "" {
+		t.Errorf("c-0 loading: primary %q; want it waited for", got.Primary)
+	}
+	// Back empty (its volume lost): the member with the most keys.
+	v.Members[0] = m(0, "replica", fresh("c", 0))
+	if got := Decide(v, 1000); got.Primary != "c-2" {
+		t.Errorf("c-0 back empty: primary %q; want c-2, the most keys", got.Primary)
+	}
+	// Never back within RestoreWait: the election goes on without it.
+	v.Members[0] = m(0, "replica", nil)
+	v.UnhealthySince = now.Add(-RestoreWait - time.Second)
+	if got := Decide(v, 1000); got.Primary != "c-2" {
+		t.Errorf("c-0 silent past RestoreWait: primary %q; want c-2", got.Primary)
+	}
+	// A replica that carries the lost primary's stream (it has replicated): a failover as before.
+	v.UnhealthySince = now.Add(-5 * time.Second)
+	v.Members = []Member{m(0, "replica", fresh("c", 940)), m(1, "replica", replicaOf("198.18.0.1", 990, 900, false)), m(2, "replica", fresh("b", 950))}
+	if got := Decide(v, 1000); got.Primary != "c-1" {
+		t.Errorf("c-1 carries the stream: primary %q; want c-1", got.Primary)
+	}
+	// ... unless the lost primary stopped on purpose (its pod deleted, no handover): then it is
+	// waited for, and elected again, since a replica may lack what it acknowledged last.
+	v.LastPrimaryStopped = true
+	v.Members[0] = m(0, "replica", nil)
+	if got := Decide(v, 1000); got.Primary != "" || got.Degraded != ReasonNoPrimary {
+		t.Errorf("c-0 stopped on purpose, not back: primary %q degraded %q; want it waited for", got.Primary, got.Degraded)
+	}
+	v.Members[0] = m(0, "replica", fresh("c", 940))
+	if got := Decide(v, 1000); got.Primary != "c-0" || !got.Promote {
+		t.Errorf("c-0 stopped on purpose, back: primary %q promote %v; want c-0 again", got.Primary, got.Promote)
+	}
+	// A replica that never synced since it started reports offset 1: it carries nothing.
+	v.LastPrimaryStopped = false
+	v.Members = []Member{m(0, "replica", fresh("c", 940)), m(1, "replica", fresh("a", 900)), m(2, "replica", fresh("b", 950))}
+	v.Members[1].Repl.Offset, v.Members[2].Repl.Offset = 1, 1
+	if got := Decide(v, 1000); got.Primary != "c-0" {
+		t.Errorf("replicas at offset 1 (never synced): primary %q; want c-0, the primary before", got.Primary)
+	}
+}
