@@ -429,4 +429,51 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 	if len(lost) != 0 {
 		t.Errorf("%d acknowledged writes lost in all", len(lost))
 	}
+
+	// The data gone for good: every claim deleted with every pod. No healing brings it back; the
+	// operator must say so, with the keys it last saw. An operator whose metrics this test reads,
+	// once its member passes have seen the keys.
+	metricsAddr := freeAddr(t)
+	op.stop(syscall.SIGTERM)
+	op = startOperator(t, c, "--metrics-bind-address="+metricsAddr)
+	framework.Eventually(t, time.Minute, "the operator's member passes to see the keys", func() (bool, string, error) {
+		v, err := framework.Metric(metricsAddr, "cache_operator_member_keys")
+		return err == nil && v > 0, fmt.Sprintf("cache_operator_member_keys %v (%v)", v, err), nil
+	})
+	_, keysBefore := baseKeysPresent()
+	kubectl("delete", "pvc", "-l", "app.kubernetes.io/instance="+name, "--wait=false")
+	pods := podUIDs()
+	kubectl("delete", "pod", "-l", "app.kubernetes.io/instance="+name, "--wait=false")
+	podsRemade(pods)
+	waitWhole(t, c, ns, name, 3, 5*time.Minute)
+	var msg string
+	framework.Eventually(t, 2*time.Minute, "the loss reported: Event, condition and metric", func() (bool, string, error) {
+		events, err := c.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=DataLost"})
+		if err != nil {
+			return false, "", err
+		}
+		if len(events.Items) > 0 {
+			msg = events.Items[0].Message
+		}
+		mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		cond := ""
+		conds, _, _ := unstructured.NestedSlice(mc.Object, "status", "conditions")
+		for _, raw := range conds {
+			if m, ok := raw.(map[string]interface{}); ok && m["type"] == "DataLost" {
+				cond = fmt.Sprint(m["status"])
+			}
+		}
+		count, _ := framework.Metric(metricsAddr, "cache_operator_data_lost_total")
+		keys, _ := framework.Metric(metricsAddr, "cache_operator_data_lost_keys_total")
+		return len(events.Items) == 1 && cond == "True" && count == 1 && keys > 0,
+			fmt.Sprintf("%d DataLost Events %q; condition %q; cache_operator_data_lost_total %v, keys %v", len(events.Items), msg, cond, count, keys), nil
+	})
+	_, keysAfter := baseKeysPresent()
+	t.Logf("every claim and pod deleted: keys %d -> %d; reported: %s", keysBefore, keysAfter, msg)
+	if keysAfter != 0 || !strings.Contains(msg, "keys at the last poll") {
+		t.Errorf("after every volume was deleted: %d keys, DataLost %q; want 0 keys and the keys last seen named", keysAfter, msg)
+	}
 }

@@ -181,7 +181,7 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 	}
 	for _, m := range members {
 		if mem.refused == "" && m.AuthError != "" && member.IsRefused(errors.New(m.AuthError)) {
-			mem.refused = fmt.Sprintf("giving %s the cache's credentials: %s", m.Name, m.AuthError)
+			mem.refused = fmt.Sprintf("%s: %s", m.Name, m.AuthError)
 		}
 	}
 	if member.IsRefused(err) {
@@ -301,6 +301,10 @@ func (c *Controller) observe(ctx context.Context, members []roles.Member, cred c
 			}
 			metrics.MemberObserved(err)
 			if err != nil {
+				if member.IsRefused(err) {
+					// It answers, and refuses every credential the operator has: say so.
+					m.AuthError = "reading it: " + err.Error()
+				}
 				klog.FromContext(ctx).V(3).Info("Member does not answer", "member", m.Name, "err", err)
 				return
 			}
