@@ -10,7 +10,8 @@
 //     and how it holds them: packed, with lookups by name;
 //   - controller: the reconcile loop that ties render, ssa and informers together (one queue of
 //     cache keys, ownership, the Secret written once, storage growth, the finalizer, the verified
-//     pass, the status written);
+//     pass, the status written, and what a deleted child must not cost: protection.go);
+//   - storage: the volumes, owned by the cache and grown on request;
 //   - status: a cache's status computed from what a reconcile saw, every condition decided in one
 //     place (conditions.go), hibernation's steps, and which changes are progress only;
 //   - credentials: the cache's Secret, read in one place; passwords generated once, rotated with

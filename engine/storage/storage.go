@@ -1,4 +1,5 @@
-// Package storage grows a cache's volumes.
+// Package storage keeps a cache's volumes: owned by the cache, so that they go with it and never
+// with a StatefulSet or a pod (claims.go), and grown on request (this file).
 //
 // A StatefulSet's volumeClaimTemplates are immutable, and its claims are not resized when the
 // templates change. Growing a cache's storage therefore takes three steps, each safe to repeat:
