@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -99,14 +100,21 @@ func (c *Controller) releaseSecret(ctx context.Context, ns, name string, uid typ
 	if ref := metav1.GetControllerOfNoCopy(secret); ref != nil && uid != "" && ref.UID != uid {
 		return nil
 	}
-	patch, err := json.Marshal(removeFinalizerPatch(i))
+	at := fmt.Sprintf("/metadata/finalizers/%d", i)
+	patch, err := json.Marshal([]jsonPatchOp{{Op: "test", Path: at, Value: api.SecretFinalizer}, {Op: "remove", Path: at}})
 	if err != nil {
 		return err
 	}
 	_, err = c.client.Resource(secretsResource).Namespace(ns).Patch(ctx, secret.GetName(), types.JSONPatchType, patch,
 		metav1.PatchOptions{FieldManager: api.FieldManager})
-	if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
-		return nil // gone, or the finalizer at i was removed meanwhile (the test failed): its event follows
+	if apierrors.IsNotFound(err) {
+		return nil // gone
+	}
+	if apierrors.IsInvalid(err) {
+		// The finalizers changed since the informer's copy (the test failed): its event brings
+		// the cache back.
+		klog.FromContext(ctx).Info("Password Secret's finalizers changed meanwhile; releasing it again on its next event", "secret", klog.KObj(secret), "err", err.Error())
+		return nil
 	}
 	if err != nil {
 		return ssa.Errorf(secret, "releasing the password Secret: %w", err)
