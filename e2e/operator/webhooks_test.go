@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"example.com/cache-operator/e2e/framework"
+	"example.com/cache-operator/engine/api"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -263,9 +264,24 @@ func TestWhileTheOperatorIsDown(t *testing.T) {
 		_, err = c.Kube.AppsV1().StatefulSets(ns).Get(ctx, "doomed", metav1.GetOptions{})
 		return mcGone && apierrors.IsNotFound(err), fmt.Sprintf("cache gone %v, StatefulSet: %v", mcGone, err), nil
 	})
-	// Deleting a namespace that holds a cache.
+	// Deleting a namespace that holds a cache: everything goes but the cache's password Secret,
+	// which its finalizer keeps until the operator releases it (the namespace waits, and says why).
 	works("deleting a namespace", c.Kube.CoreV1().Namespaces().Delete(ctx, doomedNS, metav1.DeleteOptions{}))
-	framework.Eventually(t, 2*time.Minute, "the namespace to be gone", func() (bool, string, error) {
+	framework.Eventually(t, 2*time.Minute, "the namespace to wait for the password Secret's finalizer alone", func() (bool, string, error) {
+		n, err := c.Kube.CoreV1().Namespaces().Get(ctx, doomedNS, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == "NamespaceFinalizersRemaining" && cond.Status == "True" && strings.Contains(cond.Message, api.SecretFinalizer) {
+				return true, cond.Message, nil
+			}
+		}
+		return false, fmt.Sprintf("phase %s, conditions %+v", n.Status.Phase, n.Status.Conditions), nil
+	})
+
+	startOperator(t, c)
+	framework.Eventually(t, 2*time.Minute, "the namespace gone once the operator is back", func() (bool, string, error) {
 		n, err := c.Kube.CoreV1().Namespaces().Get(ctx, doomedNS, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, "", nil
@@ -275,8 +291,6 @@ func TestWhileTheOperatorIsDown(t *testing.T) {
 		}
 		return false, fmt.Sprintf("phase %s, conditions %+v", n.Status.Phase, n.Status.Conditions), nil
 	})
-
-	startOperator(t, c)
 	deleteCachesOnCleanup(t, c, ns)
 	waitReady(t, c, ns, "before", 5, 2*time.Minute)
 	waitReady(t, c, ns, "during", 3, 2*time.Minute)
