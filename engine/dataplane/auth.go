@@ -7,6 +7,7 @@ import (
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/credentials"
+	"example.com/cache-operator/engine/member"
 	"example.com/cache-operator/engine/roles"
 )
 
@@ -85,6 +86,12 @@ func (c *Controller) applyAuth(ctx context.Context, members []roles.Member, mem 
 		func(m *roles.Member, err error) {
 			if err != nil {
 				m.AuthError, all = err.Error(), false
+				if member.IsRefused(err) && fallenBack(m) {
+					// Reached through a fallback that may not run admin commands (the clients'
+					// user answers NOPERM): the next pass tries the current internal password
+					// again, which a member restarted since (its probes read the Secret) accepts.
+					c.authFallback.Delete(c.addr(m.IP))
+				}
 				return
 			}
 			c.authFallback.Delete(c.addr(m.IP))
