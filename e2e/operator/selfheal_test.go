@@ -476,4 +476,80 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 	if keysAfter != 0 || !strings.Contains(msg, "keys at the last poll") {
 		t.Errorf("after every volume was deleted: %d keys, DataLost %q; want 0 keys and the keys last seen named", keysAfter, msg)
 	}
+
+	// The double fault: the Secret's finalizer removed by hand while no operator runs, so the
+	// Secret is gone with no copy anywhere. The operator, back, can only make new passwords, which
+	// the members refuse: it says so (Degraded, OperatorRefused, and an Event), and the members'
+	// probes, which read the new Secret, restart them on it. Then the operator is in control again
+	// with no manual step, and the data is kept; the passwords changed, with no overlap.
+	seed = newClient(rwAddr(), pw)
+	for i := 0; i < 1000; i += 500 {
+		pipe := seed.Pipeline()
+		for j := i; j < i+500; j++ {
+			pipe.Set(ctx, fmt.Sprintf("df:%d", j), j, 0)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatalf("writing the keys: %v", err)
+		}
+	}
+	seed.Close()
+	op.stop(syscall.SIGTERM)
+	t0 := time.Now()
+	kubectl("patch", "secret", name+"-auth", "--type=json", `-p=[{"op":"remove","path":"/metadata/finalizers"}]`)
+	framework.Eventually(t, time.Minute, "the Secret gone", func() (bool, string, error) {
+		_, err := c.Kube.CoreV1().Secrets(ns).Get(ctx, name+"-auth", metav1.GetOptions{})
+		return err != nil, fmt.Sprint(err), nil
+	})
+	op = startOperator(t, c)
+	var refused string
+	framework.Eventually(t, 2*time.Minute, "the members' refusal reported (Degraded OperatorRefused, an Event)", func() (bool, string, error) {
+		mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		conds, _, _ := unstructured.NestedSlice(mc.Object, "status", "conditions")
+		for _, raw := range conds {
+			if m, ok := raw.(map[string]interface{}); ok && m["type"] == "Degraded" && m["reason"] == "OperatorRefused" {
+				refused = fmt.Sprint(m["message"])
+			}
+		}
+		events := eventCount(t, c, ns, name, "OperatorRefused")
+		return refused != "" && events > 0, fmt.Sprintf("Degraded OperatorRefused %q, %d Events", refused, events), nil
+	})
+	pw2 := password(t, c, ns, name)
+	waitWhole(t, c, ns, name, 3, 5*time.Minute)
+	back := time.Since(t0)
+	cl := newClient(rwAddr(), pw2)
+	var kept int64
+	for i := 0; i < 1000; i += 500 {
+		keys := make([]string, 0, 500)
+		for j := i; j < i+500; j++ {
+			keys = append(keys, fmt.Sprintf("df:%d", j))
+		}
+		n, err := cl.Exists(ctx, keys...).Result()
+		if err != nil {
+			t.Fatalf("reading the keys with the new password: %v", err)
+		}
+		kept += n
+	}
+	cl.Close()
+	sw := switchover()
+	t.Logf("the Secret gone with no operator and no copy: refusal reported (%s); whole again with new passwords %v after; keys kept %d of 1000; switchover %s",
+		refused, back.Round(100*time.Millisecond), kept, sw)
+	if pw2 == pw || kept != 1000 {
+		t.Errorf("after the double fault: password changed %v, %d of 1000 keys; want new passwords and every key", pw2 != pw, kept)
+	}
+
+	// The cache deleted: the volumes and the password Secret go with it.
+	if err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, "the claims and the password Secret gone with the cache", func() (bool, string, error) {
+		claims, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name})
+		if err != nil {
+			return false, "", err
+		}
+		_, err = c.Kube.CoreV1().Secrets(ns).Get(ctx, name+"-auth", metav1.GetOptions{})
+		return len(claims.Items) == 0 && err != nil, fmt.Sprintf("%d claims; Secret: %v", len(claims.Items), err), nil
+	})
 }
