@@ -52,41 +52,13 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 		return net.JoinHostPort(svc.Spec.ClusterIP, "6379")
 	}
 	const baseKeys = 10_000
-	seed := newClient(rc.addr, pw)
-	for i := 0; i < baseKeys; i += 1000 {
-		pipe := seed.Pipeline()
-		for j := i; j < i+1000; j++ {
-			pipe.Set(ctx, fmt.Sprintf("base:%d", j), j, 0)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			t.Fatalf("seeding the keys: %v", err)
-		}
-	}
-	seed.Close()
+	seedKeys(t, rc.addr, pw, "base:", baseKeys)
 	w := startWriterDial(t, func() *redis.Client { return newClient(rwAddr(), pw) }, "w:", true, 0, 20_000_000, 40*time.Minute)
 	w.waitOK(t, time.Now(), time.Minute)
 
 	// baseKeysPresent counts the seeded keys the primary holds, and its DBSIZE.
 	baseKeysPresent := func() (int64, int64) {
-		cl := newClient(rwAddr(), pw)
-		defer cl.Close()
-		var present int64
-		for i := 0; i < baseKeys; i += 1000 {
-			keys := make([]string, 0, 1000)
-			for j := i; j < i+1000; j++ {
-				keys = append(keys, fmt.Sprintf("base:%d", j))
-			}
-			n, err := cl.Exists(ctx, keys...).Result()
-			if err != nil {
-				t.Fatalf("reading the keys: %v", err)
-			}
-			present += n
-		}
-		size, err := cl.DBSize(ctx).Result()
-		if err != nil {
-			t.Fatalf("DBSIZE: %v", err)
-		}
-		return present, size
+		return countKeys(t, rwAddr(), pw, "base:", baseKeys)
 	}
 	claimsOwned := func() string {
 		mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
@@ -482,17 +454,7 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 	// the members refuse: it says so (Degraded, OperatorRefused, and an Event), and the members'
 	// probes, which read the new Secret, restart them on it. Then the operator is in control again
 	// with no manual step, and the data is kept; the passwords changed, with no overlap.
-	seed = newClient(rwAddr(), pw)
-	for i := 0; i < 1000; i += 500 {
-		pipe := seed.Pipeline()
-		for j := i; j < i+500; j++ {
-			pipe.Set(ctx, fmt.Sprintf("df:%d", j), j, 0)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			t.Fatalf("writing the keys: %v", err)
-		}
-	}
-	seed.Close()
+	seedKeys(t, rwAddr(), pw, "df:", 1000)
 	op.stop(syscall.SIGTERM)
 	t0 := time.Now()
 	kubectl("patch", "secret", name+"-auth", "--type=json", `-p=[{"op":"remove","path":"/metadata/finalizers"}]`)
@@ -519,20 +481,7 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 	pw2 := password(t, c, ns, name)
 	waitWhole(t, c, ns, name, 3, 5*time.Minute)
 	back := time.Since(t0)
-	cl := newClient(rwAddr(), pw2)
-	var kept int64
-	for i := 0; i < 1000; i += 500 {
-		keys := make([]string, 0, 500)
-		for j := i; j < i+500; j++ {
-			keys = append(keys, fmt.Sprintf("df:%d", j))
-		}
-		n, err := cl.Exists(ctx, keys...).Result()
-		if err != nil {
-			t.Fatalf("reading the keys with the new password: %v", err)
-		}
-		kept += n
-	}
-	cl.Close()
+	kept, _ := countKeys(t, rwAddr(), pw2, "df:", 1000)
 	sw := switchover()
 	t.Logf("the Secret gone with no operator and no copy: refusal reported (%s); whole again with new passwords %v after; keys kept %d of 1000; switchover %s",
 		refused, back.Round(100*time.Millisecond), kept, sw)
@@ -552,4 +501,44 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 		_, err = c.Kube.CoreV1().Secrets(ns).Get(ctx, name+"-auth", metav1.GetOptions{})
 		return len(claims.Items) == 0 && err != nil, fmt.Sprintf("%d claims; Secret: %v", len(claims.Items), err), nil
 	})
+}
+
+// seedKeys sets <prefix>0 .. <prefix>n-1 through addr, a thousand per round trip.
+func seedKeys(t *testing.T, addr, pw, prefix string, n int) {
+	t.Helper()
+	cl := newClient(addr, pw)
+	defer cl.Close()
+	for i := 0; i < n; i += 1000 {
+		pipe := cl.Pipeline()
+		for j := i; j < min(i+1000, n); j++ {
+			pipe.Set(context.Background(), fmt.Sprintf("%s%d", prefix, j), j, 0)
+		}
+		if _, err := pipe.Exec(context.Background()); err != nil {
+			t.Fatalf("setting the keys %s*: %v", prefix, err)
+		}
+	}
+}
+
+// countKeys counts which of <prefix>0 .. <prefix>n-1 addr holds, and its DBSIZE.
+func countKeys(t *testing.T, addr, pw, prefix string, n int) (present, size int64) {
+	t.Helper()
+	ctx := context.Background()
+	cl := newClient(addr, pw)
+	defer cl.Close()
+	for i := 0; i < n; i += 1000 {
+		keys := make([]string, 0, 1000)
+		for j := i; j < min(i+1000, n); j++ {
+			keys = append(keys, fmt.Sprintf("%s%d", prefix, j))
+		}
+		k, err := cl.Exists(ctx, keys...).Result()
+		if err != nil {
+			t.Fatalf("reading the keys %s*: %v", prefix, err)
+		}
+		present += k
+	}
+	size, err := cl.DBSize(ctx).Result()
+	if err != nil {
+		t.Fatalf("DBSIZE: %v", err)
+	}
+	return present, size
 }

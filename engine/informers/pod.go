@@ -127,25 +127,9 @@ func unstructuredMemberPod(u *unstructured.Unstructured) *Pod {
 			p.Ready = m["status"] == string(corev1.ConditionTrue)
 		}
 	}
-	if raw, ok, _ := unstructured.NestedSlice(u.Object, "status", "initContainerStatuses"); ok {
-		var inits []corev1.ContainerStatus
-		for _, r := range raw {
-			var cs corev1.ContainerStatus
-			if m, ok := r.(map[string]interface{}); ok && runtime.DefaultUnstructuredConverter.FromUnstructured(m, &cs) == nil {
-				inits = append(inits, cs)
-			}
-		}
-		p.InitFailure = initFailure(inits)
-	}
+	p.InitFailure = initFailure(containerStatuses(u, "initContainerStatuses"))
 	statuses, _, _ := unstructured.NestedSlice(u.Object, "status", "containerStatuses")
-	var typed []corev1.ContainerStatus
-	for _, r := range statuses {
-		var cs corev1.ContainerStatus
-		if m, ok := r.(map[string]interface{}); ok && runtime.DefaultUnstructuredConverter.FromUnstructured(m, &cs) == nil {
-			typed = append(typed, cs)
-		}
-	}
-	p.Stuck = stuck(typed)
+	p.Stuck = stuck(containerStatuses(u, "containerStatuses"))
 	p.Running = len(statuses) > 0
 	for _, cs := range statuses {
 		if m, ok := cs.(map[string]interface{}); ok {
@@ -155,6 +139,20 @@ func unstructuredMemberPod(u *unstructured.Unstructured) *Pod {
 		}
 	}
 	return &p
+}
+
+// containerStatuses reads status.<field> of an unstructured pod (the entries that do not convert
+// left out).
+func containerStatuses(u *unstructured.Unstructured, field string) []corev1.ContainerStatus {
+	raw, _, _ := unstructured.NestedSlice(u.Object, "status", field)
+	var out []corev1.ContainerStatus
+	for _, r := range raw {
+		var cs corev1.ContainerStatus
+		if m, ok := r.(map[string]interface{}); ok && runtime.DefaultUnstructuredConverter.FromUnstructured(m, &cs) == nil {
+			out = append(out, cs)
+		}
+	}
+	return out
 }
 
 // InstanceIndex is the pod informer's index of pods by namespace/<their cache>.
