@@ -22,17 +22,23 @@ GO_TEST_FLAGS ?= -count=1
 # compile once, not once per command.
 GO := CGO_ENABLED=0 GOFLAGS="-trimpath $(shell go env GOFLAGS 2>/dev/null)" go
 
-.PHONY: help prereqs
+.PHONY: help prereqs prereqs-test
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-prereqs: ## check (and, as root with apt-get, install) what the local cluster needs; make up and make test run it first
+prereqs: ## check (and, as root with apt-get, install) what the local cluster needs; make up runs it first
 	@hack/prereqs.sh
 
+prereqs-test: ## prereqs and what only the tests need (promtool); make test runs it first
+	@hack/prereqs.sh --test
+
 ##@ Local cluster
-.PHONY: cluster-bin cluster cluster-down
-cluster-bin: ## build etcd, kube-*, kubectl, kwok(ctl), CoreDNS, the provisioner and the node agent into bin/cluster (minutes, once)
+.PHONY: cluster-bin cluster cluster-down helm
+cluster-bin: ## build the node agent (and, beside the rest, the nodes' images), etcd, kube-*, kubectl, kwok(ctl), CoreDNS, the provisioner and the object store into bin/cluster (minutes, once)
 	@hack/cluster/build.sh
+
+helm: ## build bin/cluster/helm (the chart's tests; make test builds it)
+	@hack/cluster/build.sh tools
 
 cluster: cluster-bin ## create or restart the local cluster cache-dev; kubeconfig in .cluster/kubeconfig
 	@$(DEV_CLUSTER) hack/cluster/cluster.sh up
@@ -74,7 +80,7 @@ down: ## stop the operator started by make up, then the local cluster
 
 ##@ Tests
 .PHONY: test test-unit test-e2e
-test: prereqs ## every test: the cluster binaries, then end-to-end tests on a fresh cluster cache-test; unit tests beside both at nice 19
+test: prereqs-test ## every test: the cluster binaries, then end-to-end tests on a fresh cluster cache-test; unit tests beside both at nice 19
 	@MAKE="$(MAKE)" hack/test.sh
 
 test-unit: ## unit and golden-file tests (no cluster), the operator's and the node agent's
@@ -82,7 +88,7 @@ test-unit: ## unit and golden-file tests (no cluster), the operator's and the no
 	$(GO) test $(GO_TEST_FLAGS) ./...
 	cd hack/node && $(GO) vet ./... && $(GO) test $(GO_TEST_FLAGS) ./...
 
-test-e2e: cluster-bin ## end-to-end tests on a fresh cluster cache-test (deleted afterwards)
+test-e2e: cluster-bin helm ## end-to-end tests on a fresh cluster cache-test (deleted afterwards)
 	@$(TEST_CLUSTER) hack/cluster/cluster.sh down >/dev/null
 	@rm -rf $(TEST_OBJECTSTORE)
 	@$(TEST_CLUSTER) hack/cluster/cluster.sh up

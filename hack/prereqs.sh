@@ -5,13 +5,20 @@
 #
 #   hack/prereqs.sh           check; install missing Debian packages if root with apt-get
 #   hack/prereqs.sh --check   check only: name what is missing and how to install it
+#   hack/prereqs.sh --test    also what only the tests need (promtool, from Debian's prometheus)
 #
 # Exit status 0 when everything is there (after installing), 1 otherwise, with one line per
 # missing piece and the command that installs it.
 set -uo pipefail
 
-install=1
-[[ ${1:-} == --check ]] && install=0
+install=1 tests=0
+for arg in "$@"; do
+	case $arg in
+	--check) install=0 ;;
+	--test) tests=1 ;;
+	*) echo "prereqs: unknown argument $arg" >&2; exit 2 ;;
+	esac
+done
 
 # command -> Debian package that provides it. Go is not a Debian package here: Go 1.26 comes from
 # go.dev (the Debian one is too old).
@@ -19,6 +26,7 @@ declare -A pkg=(
 	[make]=make [git]=git [curl]=curl [python3]=python3 [pgrep]=procps [sha256sum]=coreutils
 	[runc]=runc [ip]=iproute2 [bridge]=iproute2 [iptables]=iptables
 	[redis-server]=redis-server [redis-cli]=redis-tools [unshare]=util-linux [mmdebstrap]=mmdebstrap
+	[promtool]=prometheus
 )
 # Why each is needed, for the message.
 declare -A why=(
@@ -26,8 +34,10 @@ declare -A why=(
 	[iptables]="kube-proxy's Service rules" [redis-server]="the members' server" [redis-cli]="tests and make up's round trip"
 	[curl]="health checks" [python3]="test helpers" [unshare]="the network-namespace check"
 	[mmdebstrap]="builds the nodes' images (root filesystems) from Debian packages"
+	[promtool]="the alerts' tests (make test only)"
 )
 order=(make git curl python3 pgrep sha256sum unshare runc ip bridge iptables redis-server redis-cli mmdebstrap)
+((tests)) && order+=(promtool)
 
 missing_cmds() {
 	local c
@@ -53,11 +63,13 @@ if ((${#missing[@]})) && ((install)) && [[ $(id -u) == 0 ]] && command -v apt-ge
 	if ! apt-get update -qq || ! apt-get install -y -qq --no-install-recommends "${!want[@]}" >/dev/null; then
 		echo "prereqs: apt-get install failed" >&2
 	fi
-	# Debian starts a redis-server service on install where an init system runs; the tests and
-	# the nodes start their own, so stop that one.
-	if command -v service >/dev/null 2>&1 && pgrep -x redis-server >/dev/null 2>&1; then
-		service redis-server stop >/dev/null 2>&1 || true
-	fi
+	# Debian starts a redis-server (and a prometheus) service on install where an init system
+	# runs; the tests and the nodes start their own redis-server and need no prometheus.
+	for svc in redis-server prometheus; do
+		if command -v service >/dev/null 2>&1 && pgrep -x "$svc" >/dev/null 2>&1; then
+			service "$svc" stop >/dev/null 2>&1 || true
+		fi
+	done
 	hash -r
 	mapfile -t missing < <(missing_cmds)
 fi

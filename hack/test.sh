@@ -38,7 +38,7 @@ fg() {
 }
 
 e2e=0 built=""
-if fg "$make" --no-print-directory cluster-bin; then
+if fg "$make" --no-print-directory cluster-bin helm; then
 	built=$SECONDS
 	echo "test: the cluster binaries are ready after $((built - start))s; the end-to-end tests start"
 	# Its output is kept in .test/e2e.log too, for the failure summary at the end.

@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# Builds the local control plane into bin/cluster/: etcd, kube (kube-apiserver,
-# kube-controller-manager, kube-scheduler, kube-proxy and kubectl of Kubernetes v1.37 in one
-# binary, linked under each name), kwok and kwokctl (KWOK v0.8.0), CoreDNS,
-# the local storage provisioner, the real nodes' agent (hack/node) and the object store
-# (versitygw, hack/objectstore), helm (hack/helm) and promtool (hack/promtool), then the real nodes' images (hack/node/images.yaml). Versions are pinned by the
+# Builds the local cluster into bin/cluster/: the real nodes' agent (hack/node) first, so that the
+# nodes' images (root filesystems from Debian packages, hack/node/images.yaml) build in the
+# background beside the rest; then etcd, kube (kube-apiserver, kube-controller-manager,
+# kube-scheduler, kube-proxy and kubectl of Kubernetes v1.37 in one binary, linked under each
+# name), kwok and kwokctl (KWOK v0.8.0), CoreDNS, the local storage provisioner and the object
+# store (versitygw, hack/objectstore): what make up runs, and nothing else.
+#
+#   build.sh         the cluster (make cluster-bin)
+#   build.sh tools   helm (hack/helm), which only the chart's tests use (make helm)
+#
+# promtool, which only the alerts' tests use, is Debian's (hack/prereqs.sh --test). Versions are
+# pinned by the
 # go.mod files in hack/cluster/, hack/cluster/kwok/, hack/cluster/coredns/, hack/cluster/provisioner/
 # and hack/node/, which are one workspace (hack/go.work), so that the dependencies they share have
 # one version and are compiled once.
@@ -69,7 +76,21 @@ build() {
 }
 
 total=$SECONDS
+if [[ ${1:-} == tools ]]; then
+	# helm is a module of its own (see its tools.go), outside the workspace.
+	GOWORK_FOR=off build "$here/../helm" helm helm.sh/helm/v4/cmd/helm
+	exit 0
+fi
 ver=$(version_ldflags)
+build "$here/../node" node-agent .
+# The real nodes' images: kept in ~/.cache/cache-operator/images for every cluster and checkout (a
+# no-op once built). They need only the node agent and mostly wait on the network and on dpkg, so
+# they are built beside the compiles; their log is $out/.images.log.
+images_start=$SECONDS
+"$out/node-agent" build-images --images "$here/../node/images.yaml" >"$out/.images.log" 2>&1 &
+images=$!
+trap 'kill $images 2>/dev/null || true' EXIT
+echo "cluster-bin: building the nodes' images in the background (log: $out/.images.log)"
 build "$here" etcd go.etcd.io/etcd/server/v3
 # The Kubernetes components are one binary (hack/cluster/kube): one link instead of five.
 build "$here" kube ./kube "$ver"
@@ -80,15 +101,18 @@ build "$here/kwok" kwok sigs.k8s.io/kwok/cmd/kwok
 build "$here/kwok" kwokctl sigs.k8s.io/kwok/cmd/kwokctl
 build "$here/provisioner" local-provisioner .
 build "$here/coredns" coredns .
-build "$here/../node" node-agent .
 # The object store (versitygw) is a module of its own, outside the workspace (see its tools.go).
 GOWORK_FOR=off build "$here/../objectstore" objectstore github.com/versity/versitygw/cmd/versitygw
-# helm (the chart's tests) and promtool (the alerts' tests), each a module of its own (see their tools.go).
-GOWORK_FOR=off build "$here/../helm" helm helm.sh/helm/v4/cmd/helm
-GOWORK_FOR=off build "$here/../promtool" promtool github.com/prometheus/prometheus/cmd/promtool
 echo "cluster-bin: all binaries ready in $out ($((SECONDS - total))s)"
-# The real nodes' images: root filesystems built from Debian packages (hack/node/images.yaml),
-# kept in ~/.cache/cache-operator/images for every cluster and checkout; a no-op once built.
-images_start=$SECONDS
-"$out/node-agent" build-images --images "$here/../node/images.yaml"
-echo "cluster-bin: images ready ($((SECONDS - images_start))s)"
+if kill -0 "$images" 2>/dev/null; then
+	echo "cluster-bin: waiting for the nodes' images ($out/.images.log) ..."
+fi
+rc=0
+wait "$images" || rc=$?
+trap - EXIT
+if [[ $rc != 0 ]]; then
+	echo "cluster-bin: building the nodes' images failed (exit $rc); $out/.images.log ends:" >&2
+	tail -n 30 "$out/.images.log" >&2
+	exit "$rc"
+fi
+echo "cluster-bin: images ready ($((SECONDS - images_start))s after they started)"
