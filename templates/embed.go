@@ -4,7 +4,7 @@
 //
 // The templates are data, not code: they are rendered with text/template, strict about missing
 // keys, with a curated sprig function map that has nothing random and no environment access
-// (see engine.FuncMap). The values they see are described by engine.Values. The operator sets the
+// (see render.FuncMap in engine/render). The values they see are described by render.Values. The operator sets the
 // namespace, the standard labels and the owner reference on every rendered object itself.
 package templates
 

@@ -210,13 +210,6 @@ const (
 	LabelReadWrite = "cache.example.com/read-write"
 )
 
-// ConditionReady is the type of the condition that says whether a cache is serving.
-const ConditionReady = "Ready"
-
-// ConditionDegraded is True while a cache is not whole: no primary, a failover or a roll under
-// way, a member that does not answer or a replica out of sync. Its reasons are roles.Reason*.
-const ConditionDegraded = "Degraded"
-
 // SwitchoverAnnotation on a ManagedCache names the member (a pod name) that should become the
 // primary; the operator hands over to it and then removes the annotation.
 const SwitchoverAnnotation = "cache.example.com/switchover-to"

@@ -68,7 +68,7 @@ func (c *Controller) schedule(ctx context.Context, mc *unstructured.Unstructured
 		if err == nil {
 			late := now.Sub(slot).Round(time.Second)
 			klog.FromContext(ctx).Info("Scheduled backup created", "backup", name, "slot", slot.UTC(), "late", late)
-			c.recorder.Eventf(mc, corev1.EventTypeNormal, "BackupScheduled", "Created backup %s for the slot at %s (%s after it)", name, slot.UTC().Format(time.RFC3339), late)
+			c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventBackupScheduled, "Created backup %s for the slot at %s (%s after it)", name, slot.UTC().Format(time.RFC3339), late)
 		}
 		last = now
 	}
@@ -151,7 +151,7 @@ func (c *Controller) retain(ctx context.Context, mc *unstructured.Unstructured, 
 			return err
 		}
 		klog.FromContext(ctx).Info("Backup deleted by retention", "backup", b.GetName(), "keep", keep)
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, "BackupDeleted", "Backup %s deleted (keep %d)", b.GetName(), keep)
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventBackupDeleted, "Backup %s deleted (keep %d)", b.GetName(), keep)
 	}
 	return nil
 }

@@ -22,27 +22,6 @@ import (
 	"example.com/cache-operator/engine/render"
 )
 
-// Reasons of a backup's status and of the cache's BackupsReady condition.
-const (
-	ReasonFromReplica        = "FromReplica"
-	ReasonFromPrimary        = "FromPrimary"
-	ReasonCacheNotReady      = "CacheNotReady"
-	ReasonNoBackupConfigured = "NoBackupConfigured"
-	ReasonStoreSecretInvalid = "StoreSecretInvalid"
-	ReasonStoreUnreachable   = "StoreUnreachable"
-	ReasonBucketNotFound     = "BucketNotFound"
-	ReasonStoreReachable     = "StoreReachable"
-	ReasonScheduleInvalid    = "ScheduleInvalid"
-	ReasonJobFailed          = "JobFailed"
-	ReasonJobMissing         = "JobMissing"
-	ReasonManifestUnreadable = "ManifestUnreadable"
-	ReasonCacheGone          = "CacheNotFound"
-)
-
-// ConditionBackupsReady is the cache's condition about its backups: the store answers and the
-// bucket exists, and the schedule parses.
-const ConditionBackupsReady = "BackupsReady"
-
 // storeTimeout bounds a check of the store (the client retries a refused connection within it).
 const storeTimeout = 20 * time.Second
 
@@ -71,7 +50,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		c.forget(key)
 		for _, b := range backups {
 			if phaseOf(b) == "" || phaseOf(b) == api.BackupPending {
-				if err := c.setStatus(ctx, b, backupStatus{Phase: api.BackupFailed, Reason: ReasonCacheGone,
+				if err := c.setStatus(ctx, b, backupStatus{Phase: api.BackupFailed, Reason: api.ReasonCacheGone,
 					Message: fmt.Sprintf("ManagedCache %s does not exist", key)}); err != nil {
 					return 0, err
 				}
@@ -129,7 +108,7 @@ func (c *Controller) checkStore(ctx context.Context, mc *unstructured.Unstructur
 	if !st.checked.IsZero() && now.Sub(st.checked) < c.opts.StoreCheck && st.condition.Status == metav1.ConditionTrue {
 		return st.checked.Add(c.opts.StoreCheck).Sub(now)
 	}
-	reason, msg := ReasonStoreReachable, ""
+	reason, msg := api.ReasonStoreReachable, ""
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	store, sec, err := c.storeSecret(ctx, mc.GetNamespace(), spec.Backup.StoreSecret)
@@ -156,20 +135,20 @@ func (c *Controller) checkStore(ctx context.Context, mc *unstructured.Unstructur
 	if err == nil {
 		msg = "the store answers and bucket " + store.Bucket + " exists"
 		if err = objectstore.Check(ctx, cl, store.Bucket); err != nil {
-			reason = ReasonStoreUnreachable
+			reason = api.ReasonStoreUnreachable
 			if strings.Contains(err.Error(), "does not exist") {
-				reason = ReasonBucketNotFound
+				reason = api.ReasonBucketNotFound
 			}
 		}
 	} else {
-		reason = ReasonStoreSecretInvalid
+		reason = api.ReasonStoreSecretInvalid
 		if strings.Contains(err.Error(), "unreachable") {
-			reason = ReasonStoreUnreachable
+			reason = api.ReasonStoreUnreachable
 		}
 	}
 	if err == nil && spec.Backup.Schedule != "" {
 		if _, perr := parseSchedule(spec.Backup.Schedule); perr != nil {
-			reason, err = ReasonScheduleInvalid, perr
+			reason, err = api.ReasonScheduleInvalid, perr
 		}
 	}
 	if err != nil {
@@ -194,7 +173,7 @@ func (c *Controller) setCondition(mc *unstructured.Unstructured, reason, msg str
 	}
 	c.mu.Lock()
 	changed := st.condition.Status != status || st.condition.Reason != reason || st.condition.Message != msg
-	st.condition = metav1.Condition{Type: ConditionBackupsReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: mc.GetGeneration()}
+	st.condition = metav1.Condition{Type: api.ConditionBackupsReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: mc.GetGeneration()}
 	c.mu.Unlock()
 	if !changed {
 		return
@@ -208,7 +187,7 @@ func (c *Controller) setCondition(mc *unstructured.Unstructured, reason, msg str
 // start takes a pending backup: it chooses the member, renders the Job and creates it.
 func (c *Controller) start(ctx context.Context, mc *unstructured.Unstructured, spec api.Spec, b *unstructured.Unstructured) (time.Duration, error) {
 	if spec.Backup == nil {
-		return 0, c.fail(ctx, mc, b, backupStatus{}, ReasonNoBackupConfigured, fmt.Sprintf("ManagedCache %s has no spec.backup (the store to back up to)", mc.GetName()))
+		return 0, c.fail(ctx, mc, b, backupStatus{}, api.ReasonNoBackupConfigured, fmt.Sprintf("ManagedCache %s has no spec.backup (the store to back up to)", mc.GetName()))
 	}
 	store, cl, err := c.storeClient(ctx, mc.GetNamespace(), spec.Backup.StoreSecret)
 	if err == nil {
@@ -217,15 +196,15 @@ func (c *Controller) start(ctx context.Context, mc *unstructured.Unstructured, s
 		cancel()
 	}
 	if err != nil {
-		reason := ReasonStoreUnreachable
+		reason := api.ReasonStoreUnreachable
 		if strings.Contains(err.Error(), "Secret") || strings.Contains(err.Error(), "missing keys") {
-			reason = ReasonStoreSecretInvalid
+			reason = api.ReasonStoreSecretInvalid
 		}
 		return 0, c.fail(ctx, mc, b, backupStatus{}, reason, err.Error())
 	}
 	member, host, fromPrimary, why := chooseMember(mc, c.opts.Render.ClusterDomain)
 	if member == "" {
-		st := backupStatus{Phase: api.BackupPending, Reason: ReasonCacheNotReady, Message: why}
+		st := backupStatus{Phase: api.BackupPending, Reason: api.ReasonCacheNotReady, Message: why}
 		return 10 * time.Second, c.setStatus(ctx, b, st)
 	}
 	key := store.ObjectKey(mc.GetNamespace(), mc.GetName(), b.GetName())
@@ -249,14 +228,14 @@ func (c *Controller) start(ctx context.Context, mc *unstructured.Unstructured, s
 	case err != nil:
 		return 0, fmt.Errorf("Job/%s/%s: %w", mc.GetNamespace(), jobName, err)
 	}
-	reason, msg := ReasonFromReplica, fmt.Sprintf("streaming replica %s, in sync with the primary", member)
+	reason, msg := api.ReasonFromReplica, fmt.Sprintf("streaming replica %s, in sync with the primary", member)
 	if fromPrimary {
-		reason, msg = ReasonFromPrimary, "no replica is in sync: streaming the primary "+member+" (it forks for the snapshot)"
+		reason, msg = api.ReasonFromPrimary, "no replica is in sync: streaming the primary "+member+" (it forks for the snapshot)"
 	}
 	st := backupStatus{Phase: api.BackupRunning, Reason: reason, Message: msg, StartTime: c.opts.Now().UTC().Format(time.RFC3339),
 		Member: member, Engine: spec.Engine.Name, Location: store.Location(key), StoreSecret: spec.Backup.StoreSecret, Job: jobName}
-	c.recorder.Eventf(b, corev1.EventTypeNormal, "BackupStarted", "Backing up %s from %s to %s", mc.GetName(), member, st.Location)
-	c.recorder.Eventf(mc, corev1.EventTypeNormal, "BackupStarted", "Backup %s: %s, to %s", b.GetName(), msg, st.Location)
+	c.recorder.Eventf(b, corev1.EventTypeNormal, api.EventBackupStarted, "Backing up %s from %s to %s", mc.GetName(), member, st.Location)
+	c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventBackupStarted, "Backup %s: %s, to %s", b.GetName(), msg, st.Location)
 	return pollRunning, c.setStatus(ctx, b, st)
 }
 
@@ -298,7 +277,7 @@ func (c *Controller) watch(ctx context.Context, mc *unstructured.Unstructured, b
 		if c.opts.Now().Sub(started) < time.Minute {
 			return 5 * time.Second, nil // the informer has not seen it yet
 		}
-		return 0, c.fail(ctx, mc, b, st, ReasonJobMissing, "the Job "+st.Job+" is gone")
+		return 0, c.fail(ctx, mc, b, st, api.ReasonJobMissing, "the Job "+st.Job+" is gone")
 	}
 	switch {
 	case jobCondition(job, "Complete"):
@@ -309,7 +288,7 @@ func (c *Controller) watch(ctx context.Context, mc *unstructured.Unstructured, b
 		key := strings.TrimPrefix(st.Location, "s3://"+store.Bucket+"/")
 		m, err := objectstore.ReadManifest(ctx, cl, store.Bucket, key)
 		if minio.ToErrorResponse(errors.Unwrap(err)).Code == "NoSuchKey" || minio.ToErrorResponse(err).Code == "NoSuchKey" {
-			return 0, c.fail(ctx, mc, b, st, ReasonManifestUnreadable, "the Job completed but "+objectstore.ManifestKey(st.Location)+" does not exist: the backup did not finish")
+			return 0, c.fail(ctx, mc, b, st, api.ReasonManifestUnreadable, "the Job completed but "+objectstore.ManifestKey(st.Location)+" does not exist: the backup did not finish")
 		}
 		if err != nil {
 			return 0, fmt.Errorf("ManagedCacheBackup/%s/%s: reading the manifest: %w", b.GetNamespace(), b.GetName(), err)
@@ -328,12 +307,12 @@ func (c *Controller) watch(ctx context.Context, mc *unstructured.Unstructured, b
 		start, _ := time.Parse(time.RFC3339, st.StartTime)
 		metrics.BackupCompleted(mc.GetNamespace(), mc.GetName(), start, m.End.Sub(m.Start), m.Bytes)
 		c.markExported(mc.GetNamespace()+"/"+mc.GetName(), start)
-		c.recorder.Eventf(b, corev1.EventTypeNormal, "BackupCompleted", "%s: %s", st.Location, st.Message)
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, "BackupCompleted", "Backup %s completed: %s", b.GetName(), st.Message)
+		c.recorder.Eventf(b, corev1.EventTypeNormal, api.EventBackupCompleted, "%s: %s", st.Location, st.Message)
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventBackupCompleted, "Backup %s completed: %s", b.GetName(), st.Message)
 		c.caches.Enqueue(mc.GetNamespace() + "/" + mc.GetName())
 		return 0, nil
 	case jobCondition(job, "Failed"):
-		return 0, c.fail(ctx, mc, b, st, ReasonJobFailed, c.jobFailure(ctx, job))
+		return 0, c.fail(ctx, mc, b, st, api.ReasonJobFailed, c.jobFailure(ctx, job))
 	}
 	return pollRunning, nil
 }
@@ -382,8 +361,8 @@ func (c *Controller) fail(ctx context.Context, mc, b *unstructured.Unstructured,
 		return err
 	}
 	metrics.BackupFailed(mc.GetNamespace(), mc.GetName())
-	c.recorder.Eventf(b, corev1.EventTypeWarning, "BackupFailed", "%s: %s", reason, msg)
-	c.recorder.Eventf(mc, corev1.EventTypeWarning, "BackupFailed", "Backup %s failed (%s): %s", b.GetName(), reason, msg)
+	c.recorder.Eventf(b, corev1.EventTypeWarning, api.EventBackupFailed, "%s: %s", reason, msg)
+	c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventBackupFailed, "Backup %s failed (%s): %s", b.GetName(), reason, msg)
 	klog.FromContext(ctx).Info("Backup failed", "backup", b.GetName(), "reason", reason, "message", msg)
 	return nil
 }

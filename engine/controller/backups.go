@@ -29,15 +29,6 @@ type Backups interface {
 	ResolveRestore(ctx context.Context, mc *unstructured.Unstructured, spec api.Spec) (*api.RestoreStatus, error)
 }
 
-// Reasons of the Ready condition while a cache restores.
-const (
-	ReasonRestorePending = "RestorePending"
-	ReasonRestoring      = "Restoring"
-	ReasonRestoreFailed  = "RestoreFailed"
-	// ReasonCleanupFailed is the BackupsReady reason of a deletion that cannot delete the backups.
-	ReasonCleanupFailed = "CleanupFailed"
-)
-
 // SetBackups gives the controller its backups; call it before Start.
 func (c *Controller) SetBackups(b Backups) { c.backups = b }
 
@@ -62,8 +53,8 @@ func (c *Controller) resolveRestore(ctx context.Context, mc *unstructured.Unstru
 	}
 	rs, err := c.backups.ResolveRestore(ctx, mc, spec)
 	if err != nil {
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRestorePending, "Waiting for the restore's source: %v", err)
-		st := status.Invalid(mc, ReasonRestorePending, "waiting for the restore's source: "+err.Error())
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, api.ReasonRestorePending, "Waiting for the restore's source: %v", err)
+		st := status.Invalid(mc, api.ReasonRestorePending, "waiting for the restore's source: "+err.Error())
 		st.Restore = &api.RestoreStatus{Message: err.Error()}
 		if werr := c.writeStatus(ctx, mc, st); werr != nil {
 			return nil, false, werr
@@ -72,11 +63,11 @@ func (c *Controller) resolveRestore(ctx context.Context, mc *unstructured.Unstru
 	}
 	if rs.Refused != "" {
 		if c.firstRestoreOutcome(mc, "failed", rs.Location) {
-			c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore refused: %s", rs.Refused)
+			c.recorder.Eventf(mc, corev1.EventTypeWarning, api.ReasonRestoreFailed, "Restore refused: %s", rs.Refused)
 			metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "failed")
 		}
 	} else {
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, "RestoreStarted", "Restoring %s (%d bytes, %d keys, %s) into %s", rs.Location, rs.Bytes, rs.Keys, rs.Version, api.RestoreMember(mc.GetName()))
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventRestoreStarted, "Restoring %s (%d bytes, %d keys, %s) into %s", rs.Location, rs.Bytes, rs.Keys, rs.Version, api.RestoreMember(mc.GetName()))
 	}
 	out := mc.DeepCopy()
 	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(rs)
@@ -99,7 +90,7 @@ func (c *Controller) backupStatus(mc *unstructured.Unstructured, spec api.Spec, 
 		if cond != nil && spec.Backup != nil {
 			meta.SetStatusCondition(&s.Conditions, *cond)
 		} else if spec.Backup == nil {
-			meta.RemoveStatusCondition(&s.Conditions, backups.ConditionBackupsReady)
+			meta.RemoveStatusCondition(&s.Conditions, api.ConditionBackupsReady)
 		}
 	}
 	rs := s.Restore
@@ -109,9 +100,9 @@ func (c *Controller) backupStatus(mc *unstructured.Unstructured, spec api.Spec, 
 	gen := mc.GetGeneration()
 	switch rs.Phase {
 	case api.RestoreFailed:
-		s.SetReady(gen, false, ReasonRestoreFailed, "the restore failed; no member takes writes: "+rs.Message)
+		s.SetReady(gen, false, api.ReasonRestoreFailed, "the restore failed; no member takes writes: "+rs.Message)
 	case api.RestoreRunning:
-		s.SetReady(gen, false, ReasonRestoring, "restoring "+rs.Location+": "+rs.Message)
+		s.SetReady(gen, false, api.ReasonRestoring, "restoring "+rs.Location+": "+rs.Message)
 	}
 }
 
@@ -142,11 +133,11 @@ func (c *Controller) advanceRestore(mc *unstructured.Unstructured, spec api.Spec
 	case next.Phase == rs.Phase:
 	case next.Phase == api.RestoreCompleted:
 		if c.firstRestoreOutcome(mc, "completed", rs.Location) {
-			c.recorder.Eventf(mc, corev1.EventTypeNormal, "Restored", "Restored %s into %s, now the primary", rs.Location, member)
+			c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventRestored, "Restored %s into %s, now the primary", rs.Location, member)
 			metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "completed")
 		}
 	case next.Phase == api.RestoreFailed && rs.Refused == "" && c.firstRestoreOutcome(mc, "failed", rs.Location):
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore of %s failed: %s", rs.Location, next.Message)
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, api.ReasonRestoreFailed, "Restore of %s failed: %s", rs.Location, next.Message)
 		metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "failed")
 	}
 	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&next)
@@ -184,10 +175,10 @@ func (c *Controller) cleanupBackups(ctx context.Context, mc *unstructured.Unstru
 	}
 	msg := fmt.Sprintf("%v; retrying with backoff. To release the cache and leave its backups in the bucket: kubectl patch managedcache %s -n %s --type=merge -p '{\"metadata\":{\"finalizers\":[]}}'",
 		err, mc.GetName(), mc.GetNamespace())
-	c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonCleanupFailed, "Deleting the backups: %s", msg)
+	c.recorder.Eventf(mc, corev1.EventTypeWarning, api.ReasonCleanupFailed, "Deleting the backups: %s", msg)
 	st := status.Of(mc)
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: backups.ConditionBackupsReady, Status: metav1.ConditionFalse,
-		Reason: ReasonCleanupFailed, Message: msg, ObservedGeneration: mc.GetGeneration()})
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: api.ConditionBackupsReady, Status: metav1.ConditionFalse,
+		Reason: api.ReasonCleanupFailed, Message: msg, ObservedGeneration: mc.GetGeneration()})
 	if werr := c.writeStatus(ctx, mc, st); werr != nil {
 		return werr
 	}

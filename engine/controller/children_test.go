@@ -45,7 +45,7 @@ func TestChildOwnedByOtherIsNotAdopted(t *testing.T) {
 	}
 	live, _ := f.client.Resource(api.Resource).Namespace("shop").Get(context.Background(), "sessions", metav1.GetOptions{})
 	st := status.Of(live)
-	if c := meta.FindStatusCondition(st.Conditions, status.ConditionReady); c == nil || c.Reason != "ServiceFailed" ||
+	if c := meta.FindStatusCondition(st.Conditions, api.ConditionReady); c == nil || c.Reason != "ServiceFailed" ||
 		!strings.Contains(c.Message, "Service/shop/sessions exists and is controlled by Deployment web") {
 		t.Errorf("Ready condition %+v, want ServiceFailed naming the Deployment", c)
 	}
@@ -77,7 +77,7 @@ func TestChildTheInformerHasNotSeenIsRetriedQuietly(t *testing.T) {
 		t.Errorf("Events %q; want no Warning for a cache that is behind", ev)
 	}
 	live, _ := f.client.Resource(api.Resource).Namespace("shop").Get(context.Background(), "sessions", metav1.GetOptions{})
-	if c := meta.FindStatusCondition(status.Of(live).Conditions, status.ConditionReady); c != nil && strings.HasSuffix(c.Reason, "Failed") {
+	if c := meta.FindStatusCondition(status.Of(live).Conditions, api.ConditionReady); c != nil && strings.HasSuffix(c.Reason, "Failed") {
 		t.Errorf("Ready condition %+v; want no failure for a cache that is behind", c)
 	}
 }

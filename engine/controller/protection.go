@@ -30,21 +30,10 @@ var secretsResource = schema.GroupVersionResource{Version: "v1", Resource: "secr
 //     garbage collector deletes them with the cache and never with a StatefulSet or a pod.
 //   - The password Secret carries api.SecretFinalizer (templates/secret.yaml): deleted while the
 //     cache lives, it stays (Terminating) with its passwords, which stay in force, and the cache
-//     says so (ReasonCredentialsKept, once per deletion). The finalizer is removed when the cache
+//     says so (api.EventCredentialsKept, once per deletion). The finalizer is removed when the cache
 //     is deleted (releaseSecret), also by an operator that was not running then.
 //   - Should the Secret go all the same (its finalizer removed by hand) while this process runs,
 //     the last copy the informer held is written back (lastSecrets): the same passwords.
-
-// Events of the protections.
-const (
-	// ReasonCredentialsKept: the password Secret was deleted while the cache uses it; it is kept.
-	ReasonCredentialsKept = "CredentialsKept"
-	// ReasonCredentialsRestored: the password Secret was gone; it was written back from the last
-	// copy the operator saw, with the same passwords.
-	ReasonCredentialsRestored = "CredentialsRestored"
-	// ReasonClaimOwned: a claim of the cache was given the cache's owner reference.
-	ReasonClaimOwned = "VolumeClaimOwned"
-)
 
 // ownClaims gives every claim of the cache its owner reference (storage.ClaimsToOwn); it makes
 // requests only for the claims that lack it. A claim made anew meanwhile is left to its own event.
@@ -67,7 +56,7 @@ func (c *Controller) ownClaims(ctx context.Context, mc *unstructured.Unstructure
 	}
 	if len(owned) > 0 {
 		klog.FromContext(ctx).Info("Volume claims owned by the cache", "claims", owned)
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, ReasonClaimOwned,
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventClaimOwned,
 			"%v now belong to the cache: deleted with it, never with its StatefulSet or pods", owned)
 	}
 	return errs
@@ -135,7 +124,7 @@ func (c *Controller) secretKept(mc, secret *unstructured.Unstructured) {
 		return
 	}
 	klog.InfoS("Password Secret deleted while the cache uses it; kept", "managedcache", klog.KObj(mc), "secret", klog.KObj(secret))
-	c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonCredentialsKept,
+	c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventCredentialsKept,
 		"Secret %s was deleted while the cache uses it: it is kept (finalizer %s) with its passwords in force, and goes with the cache. To change the passwords, annotate the cache with %s or %s",
 		secret.GetName(), api.SecretFinalizer, api.RotatePasswordAnnotation, api.RotateInternalPasswordAnnotation)
 }

@@ -71,8 +71,8 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 
 	spec, err := api.SpecFrom(mc)
 	if err != nil {
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, status.ReasonInvalidSpec, "Invalid spec: %v", err)
-		return c.writeStatus(ctx, mc, status.Invalid(mc, status.ReasonInvalidSpec, err.Error()))
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, api.ReasonInvalidSpec, "Invalid spec: %v", err)
+		return c.writeStatus(ctx, mc, status.Invalid(mc, api.ReasonInvalidSpec, err.Error()))
 	}
 
 	var resolved bool
@@ -109,8 +109,8 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	auth.TLS = tlsd.Data
 	desired, err := c.renderer.Children(mc, spec, c.opts.Render, auth)
 	if err != nil {
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, status.ReasonRenderFailed, "Rendering templates failed: %v", err)
-		return c.writeStatus(ctx, mc, status.Invalid(mc, status.ReasonRenderFailed, err.Error()))
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, api.ReasonRenderFailed, "Rendering templates failed: %v", err)
+		return c.writeStatus(ctx, mc, status.Invalid(mc, api.ReasonRenderFailed, err.Error()))
 	}
 	sortForApply(desired)
 	for _, want := range desired {
@@ -165,7 +165,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 			retry = errors.Join(retry, err)
 			continue
 		}
-		reason := want.GetKind() + "Failed"
+		reason := api.FailedReason(want.GetKind())
 		if failReason == "" {
 			failReason, failMessage = reason, err.Error()
 		}
@@ -370,7 +370,7 @@ func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructu
 	status.HibernationEvents(c.recorder, mc, old, s)
 	ready := "Unknown"
 	for _, cond := range s.Conditions {
-		if cond.Type == status.ConditionReady {
+		if cond.Type == api.ConditionReady {
 			ready = cond.Reason
 		}
 	}
@@ -510,11 +510,11 @@ func (ch changes) record(recorder record.EventRecorder, mc *unstructured.Unstruc
 	case len(ch.created) == 0 && len(ch.updated) == 0:
 		return
 	case len(ch.updated) == 0:
-		reason, msg = "Created", "Created "+strings.Join(ch.created, ", ")
+		reason, msg = api.EventCreated, "Created "+strings.Join(ch.created, ", ")
 	case len(ch.created) == 0:
-		reason, msg = "Updated", "Updated "+strings.Join(ch.updated, "; ")
+		reason, msg = api.EventUpdated, "Updated "+strings.Join(ch.updated, "; ")
 	default:
-		reason, msg = "Reconciled", "Created "+strings.Join(ch.created, ", ")+"; updated "+strings.Join(ch.updated, "; ")
+		reason, msg = api.EventReconciled, "Created "+strings.Join(ch.created, ", ")+"; updated "+strings.Join(ch.updated, "; ")
 	}
 	if len(msg) > maxEventMessage {
 		msg = msg[:maxEventMessage-3] + "..."

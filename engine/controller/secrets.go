@@ -11,11 +11,7 @@ import (
 	"example.com/cache-operator/engine/credentials"
 	"example.com/cache-operator/engine/informers"
 	"example.com/cache-operator/engine/metrics"
-	"example.com/cache-operator/engine/status"
 )
-
-// ReasonCertificateRenewed: a TLS cache's members' certificate was renewed (Normal Event).
-const ReasonCertificateRenewed = "CertificateRenewed"
 
 // The decisions a reconcile makes from a cache's Secrets before rendering: its credentials
 // (<name>-auth) and its certificates (<name>-tls). Both are written by the children's loop, over
@@ -46,20 +42,20 @@ func (c *Controller) auth(mc *unstructured.Unstructured) (credentials.Decision, 
 	}
 	if restored {
 		d.SecretVersion = "" // written with a create
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonCredentialsRestored,
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventCredentialsRestored,
 			"Secret %s was deleted (its finalizer removed): written back from the last copy the operator saw, with the same passwords (revision %d)",
 			api.SecretName(mc.GetName()), d.Auth.Revision)
 	}
 	if d.Rejected == "" {
 		c.rejectedPasswords.Delete(key)
 	} else if prev, _ := c.rejectedPasswords.Swap(key, d.RejectedHash); prev != d.RejectedHash {
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, status.ReasonPasswordRejected, "%s; the members keep the password of revision %d", d.Rejected, d.Auth.Revision)
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, api.ReasonPasswordRejected, "%s; the members keep the password of revision %d", d.Rejected, d.Auth.Revision)
 	}
 	if d.Rotated {
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, status.ReasonPasswordRotated, "Password revision %d accepted; the previous password is accepted until %s", d.Auth.Revision, d.Auth.PreviousUntil)
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, api.ReasonPasswordRotated, "Password revision %d accepted; the previous password is accepted until %s", d.Auth.Revision, d.Auth.PreviousUntil)
 	}
 	if d.InternalRotated {
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, status.ReasonPasswordRotated, "Internal password rotated; the previous one is accepted until %s", d.Auth.PreviousInternalUntil)
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, api.ReasonPasswordRotated, "Internal password rotated; the previous one is accepted until %s", d.Auth.PreviousInternalUntil)
 	}
 	if !d.OverlapEnds.IsZero() {
 		c.queue.AddAfter(key, time.Until(d.OverlapEnds)+time.Second)
@@ -82,7 +78,7 @@ func (c *Controller) certificates(mc *unstructured.Unstructured, spec api.Spec) 
 		return d, err
 	}
 	if d.Renewed && secret != nil {
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, ReasonCertificateRenewed, "Certificate renewed: serial %s, valid until %s", d.Serial, d.NotAfter.UTC().Format(time.RFC3339))
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventCertificateRenewed, "Certificate renewed: serial %s, valid until %s", d.Serial, d.NotAfter.UTC().Format(time.RFC3339))
 	}
 	if spec.TLS {
 		metrics.CertificateExpiry(mc.GetNamespace(), mc.GetName(), d.NotAfter)

@@ -28,7 +28,7 @@ func (c *Controller) prepareStorage(ctx context.Context, mc, want *unstructured.
 		return storage.Outcome{}, err
 	}
 	r := storage.Resizer{Client: c.client, Recorder: c.recorder}
-	out, err := r.Prepare(ctx, mc, want, live, status.Condition(mc, storage.ConditionResizing))
+	out, err := r.Prepare(ctx, mc, want, live, status.Condition(mc, api.ConditionStorageResizing))
 	if err == nil && out.RequeueAfter > 0 {
 		c.queue.AddAfter(mc.GetNamespace()+"/"+mc.GetName(), out.RequeueAfter)
 	}

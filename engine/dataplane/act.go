@@ -57,10 +57,10 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 		start := mem.unhealthySince
 		if act.From != "" {
 			if act.From == act.Primary {
-				c.recorder.Eventf(mc, corev1.EventTypeWarning, "FailoverStarted",
+				c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventFailoverStarted,
 					"Primary %s restarted and no other member can take over; promoting it again", act.From)
 			} else {
-				c.recorder.Eventf(mc, corev1.EventTypeWarning, "FailoverStarted",
+				c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventFailoverStarted,
 					"Primary %s is gone; promoting %s (the most caught-up member), which was %d bytes behind it at the last poll; writes %s acknowledged after that poll and had not replicated are lost and cannot be counted, unless it comes back as master (then WritesDiscarded counts them)",
 					act.From, act.Primary, act.LostBytes, act.From)
 			}
@@ -85,7 +85,7 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 			metrics.Failover("failover", time.Since(start))
 			mem.lastFailover = failoverRecord("failover", act.From, act.Primary)
 			defer func() {
-				c.recorder.Eventf(mc, corev1.EventTypeNormal, "FailoverCompleted",
+				c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventFailoverCompleted,
 					"%s is the primary instead of %s, %.1fs after the primary was first seen gone; it was %d bytes behind at the last poll",
 					act.Primary, act.From, time.Since(start).Seconds(), act.LostBytes)
 			}()
@@ -138,7 +138,7 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 		}
 		if mem.reset != act.DegradedMessage {
 			mem.reset = act.DegradedMessage
-			c.recorder.Eventf(mc, corev1.EventTypeWarning, "DataDiscarded",
+			c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventDataDiscarded,
 				"%s (the annotation %s allows the loss): %v deleted at once, with no handover; they start empty on the new version. %d keys at the last poll are discarded",
 				act.DegradedMessage, api.AllowDataLossAnnotation, act.DeleteAll, keys)
 			metrics.DataReset(keys)
@@ -163,9 +163,6 @@ func (c *Controller) act(ctx context.Context, mc *unstructured.Unstructured, mem
 	return acted, nil
 }
 
-// ReasonReplacingMember is the Event of a stuck member replaced (roles.Stuck).
-const ReasonReplacingMember = "ReplacingStuckMember"
-
 // replaceStuck deletes the pods of members that cannot start on an outdated revision
 // (roles.Stuck), each with a Warning Event that says why: the StatefulSet makes each anew from the
 // current template, on the same volume.
@@ -173,7 +170,7 @@ func (c *Controller) replaceStuck(ctx context.Context, mc *unstructured.Unstruct
 	for _, m := range stuck {
 		klog.FromContext(ctx).Info("Replacing a member that cannot start on an outdated revision", "member", m.Name, "why", m.Stuck,
 			"revision", m.Revision, "updateRevision", updateRevision)
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonReplacingMember,
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventReplacingMember,
 			"%s cannot start (%s) and was made from revision %s, not the StatefulSet's current %s: deleting its pod so that it is made anew from the current template, on the same volume",
 			m.Name, m.Stuck, m.Revision, updateRevision)
 		if err := c.deletePodWithin(ctx, mc.GetNamespace(), m, 1); err != nil {
@@ -207,12 +204,12 @@ func (c *Controller) depose(ctx context.Context, mc *unstructured.Unstructured, 
 		// The same stream as the last pass (its REPLICAOF failed): counted then.
 	case !known:
 		metrics.WritesDiscardedUnmeasured()
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, "WritesDiscarded",
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventWritesDiscarded,
 			"%s said master on a replication history %s does not continue (offset %d); it rejoins as a replica, and what it acknowledged apart from %s cannot be measured",
 			m.Name, p.Name, m.Repl.Offset, p.Name)
 	case bytes > 0:
 		metrics.WritesDiscarded(bytes)
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, "WritesDiscarded",
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventWritesDiscarded,
 			"%s acknowledged %d bytes of writes after %s took over from it (its offset %d, the fork at %d); it rejoins as a replica of %s and they are discarded",
 			m.Name, bytes, p.Name, m.Repl.Offset, p.Repl.SecondOffset-1, p.Name)
 	}
@@ -238,12 +235,12 @@ func (c *Controller) depose(ctx context.Context, mc *unstructured.Unstructured, 
 func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructured, from, to roles.Member, members []roles.Member, client func(roles.Member) *redis.Client, cred credentials.Credentials) error {
 	logger := klog.FromContext(ctx)
 	start := time.Now()
-	c.recorder.Eventf(mc, corev1.EventTypeNormal, "SwitchoverStarted", "Handing the primary role from %s to %s", from.Name, to.Name)
+	c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventSwitchoverStarted, "Handing the primary role from %s to %s", from.Name, to.Name)
 	logger.Info("Switchover started", "from", from.Name, "to", to.Name)
 	ns := mc.GetNamespace()
 	times, err := member.Handover(ctx, client(from), client(to), to.IP, api.Port, 3*time.Second, 8*time.Second, from.TLS != to.TLS)
 	if err != nil {
-		c.recorder.Eventf(mc, corev1.EventTypeWarning, "SwitchoverFailed", "Handing over from %s to %s failed: %v", from.Name, to.Name, err)
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventSwitchoverFailed, "Handing over from %s to %s failed: %v", from.Name, to.Name, err)
 		return fmt.Errorf("switchover from %s to %s: %w", from.Name, to.Name, err)
 	}
 	// The held writes go once the labels moved, or at once when they cannot be moved (the pause
@@ -273,7 +270,7 @@ func (c *Controller) switchover(ctx context.Context, mc *unstructured.Unstructur
 	}
 	took := time.Since(start)
 	metrics.Failover("switchover", took)
-	c.recorder.Eventf(mc, corev1.EventTypeNormal, "SwitchoverCompleted", "%s is the primary instead of %s (%.2fs)", to.Name, from.Name, took.Seconds())
+	c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventSwitchoverCompleted, "%s is the primary instead of %s (%.2fs)", to.Name, from.Name, took.Seconds())
 	logger.Info("Switchover", "from", from.Name, "to", to.Name, "took", took, "caughtUp", times.CaughtUp, "promoted", times.Promoted)
 	if mc.GetAnnotations()[api.SwitchoverAnnotation] != "" {
 		return c.clearSwitchover(ctx, mc)

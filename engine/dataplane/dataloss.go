@@ -14,10 +14,6 @@ import (
 	"example.com/cache-operator/engine/roles"
 )
 
-// ReasonDataLost is the Warning Event (and the DataLost condition's reason) of a cache whose
-// every member came back empty after it held keys.
-const ReasonDataLost = "DataLost"
-
 // A loss the operator can measure is never silent. A cache held keys at a pass; a later pass finds
 // every member answering, none loading, none holding a key, and none on the replication history
 // the keys were on (master_replid, or master_replid2 after a failover): the dataset was not
@@ -84,5 +80,5 @@ func (c *Controller) checkDataLoss(ctx context.Context, mc *unstructured.Unstruc
 	d.message, d.generation = msg, mc.GetGeneration()
 	metrics.DataLost(mc.GetNamespace(), mc.GetName(), keys)
 	klog.FromContext(ctx).Info("Data lost: every member came back empty", "keys", keys)
-	c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonDataLost, "Data lost: %s", msg)
+	c.recorder.Eventf(mc, corev1.EventTypeWarning, api.ReasonDataLost, "Data lost: %s", msg)
 }

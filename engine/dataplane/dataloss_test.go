@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"example.com/cache-operator/engine/api"
 	"strings"
 	"testing"
 
@@ -46,7 +47,7 @@ func TestCheckDataLoss(t *testing.T) {
 			close(rec.Events)
 			got := 0
 			for e := range rec.Events {
-				if strings.Contains(e, ReasonDataLost) {
+				if strings.Contains(e, api.ReasonDataLost) {
 					got++
 					if !strings.Contains(e, "keys at the last poll") {
 						t.Errorf("event %q does not name the keys", e)

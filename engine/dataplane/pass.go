@@ -232,13 +232,9 @@ func (c *Controller) reportRefused(mc *unstructured.Unstructured, mem *roleMemor
 		return
 	}
 	mem.refusedReported = mem.refused
-	c.recorder.Eventf(mc, corev1.EventTypeWarning, ReasonOperatorRefused,
+	c.recorder.Eventf(mc, corev1.EventTypeWarning, api.ReasonOperatorRefused,
 		"The members refuse the operator's command (%s): the operator cannot act on them until they accept its credentials", mem.refused)
 }
-
-// ReasonOperatorRefused is the Degraded condition's reason, and the Event, of a command the
-// members refused the operator (NOPERM, WRONGPASS, NOAUTH).
-const ReasonOperatorRefused = "OperatorRefused"
 
 // publish stores the view of a cache and, when it changed, has the cache's status rewritten.
 func (c *Controller) publish(key string, v View) {
@@ -356,7 +352,7 @@ func unreachableSince(mc *unstructured.Unstructured) (time.Time, bool) {
 	for _, c := range conds {
 		m, _ := c.(map[string]interface{})
 		if m["type"] != api.ConditionDegraded || m["status"] != string(metav1.ConditionTrue) ||
-			(m["reason"] != roles.ReasonPrimaryUnreachable && m["reason"] != roles.ReasonFailingOver) {
+			(m["reason"] != api.ReasonPrimaryUnreachable && m["reason"] != api.ReasonFailingOver) {
 			continue
 		}
 		s, _ := m["lastTransitionTime"].(string)

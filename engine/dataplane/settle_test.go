@@ -9,7 +9,6 @@ import (
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/informers"
-	"example.com/cache-operator/engine/roles"
 )
 
 func TestEndpointsDiffer(t *testing.T) {
@@ -73,12 +72,12 @@ func TestUnreachableSince(t *testing.T) {
 		mc *unstructured.Unstructured
 		ok bool
 	}{
-		"primary unreachable": {mc(api.ConditionDegraded, "True", roles.ReasonPrimaryUnreachable, "2026-12-02T20:00:05Z"), true},
-		"failing over":        {mc(api.ConditionDegraded, "True", roles.ReasonFailingOver, "2026-12-02T20:00:05Z"), true},
-		"healthy":             {mc(api.ConditionDegraded, "False", roles.ReasonHealthy, "2026-12-02T20:00:05Z"), false},
-		"rolling":             {mc(api.ConditionDegraded, "True", roles.ReasonRolling, "2026-12-02T20:00:05Z"), false},
-		"no primary yet":      {mc(api.ConditionDegraded, "True", roles.ReasonNoPrimary, "2026-12-02T20:00:05Z"), false},
-		"unreadable time":     {mc(api.ConditionDegraded, "True", roles.ReasonPrimaryUnreachable, "soon"), false},
+		"primary unreachable": {mc(api.ConditionDegraded, "True", api.ReasonPrimaryUnreachable, "2026-12-02T20:00:05Z"), true},
+		"failing over":        {mc(api.ConditionDegraded, "True", api.ReasonFailingOver, "2026-12-02T20:00:05Z"), true},
+		"healthy":             {mc(api.ConditionDegraded, "False", api.ReasonHealthy, "2026-12-02T20:00:05Z"), false},
+		"rolling":             {mc(api.ConditionDegraded, "True", api.ReasonRolling, "2026-12-02T20:00:05Z"), false},
+		"no primary yet":      {mc(api.ConditionDegraded, "True", api.ReasonNoPrimary, "2026-12-02T20:00:05Z"), false},
+		"unreadable time":     {mc(api.ConditionDegraded, "True", api.ReasonPrimaryUnreachable, "soon"), false},
 		"no status":           {&unstructured.Unstructured{Object: map[string]interface{}{}}, false},
 	} {
 		got, ok := unreachableSince(tc.mc)

@@ -30,7 +30,7 @@ type View struct {
 	// DataLost, when set, says how the cache's data was lost (the DataLost condition).
 	DataLost string
 	// Refused, when set, is a command the members refused the operator (NOPERM, WRONGPASS, NOAUTH):
-	// what it could not do and the server's answer (the Degraded condition, ReasonOperatorRefused).
+	// what it could not do and the server's answer (the Degraded condition, api.ReasonOperatorRefused).
 	Refused string
 }
 

@@ -164,18 +164,6 @@ type Action struct {
 	LostBytes int64
 }
 
-// Reasons of the Degraded condition.
-const (
-	ReasonPrimaryUnreachable = "PrimaryUnreachable"
-	ReasonFailingOver        = "FailingOver"
-	ReasonNoPrimary          = "NoPrimary"
-	ReasonMemberUnreachable  = "MemberUnreachable"
-	ReasonReplicaNotInSync   = "ReplicaNotInSync"
-	ReasonRolling            = "RollingRestart"
-	ReasonHandingOver        = "HandingOver"
-	ReasonHealthy            = "AllMembersHealthy"
-)
-
 // Decide decides, from the members' pods and what their servers report, who the primary is
 // and what to do next. It is pure: the member pass carries the action out.
 //
@@ -211,7 +199,7 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 			}
 		}
 		if old > 0 {
-			act.Degraded, act.DegradedMessage = ReasonRolling, "every member restarts at once on the new revision and discards its data: "+v.Reset
+			act.Degraded, act.DegradedMessage = api.ReasonRolling, "every member restarts at once on the new revision and discards its data: "+v.Reset
 			return act
 		}
 	}
@@ -243,7 +231,7 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 		}
 		if t, ok := bestCandidate(inSync, "", m.Repl.ReplID); ok {
 			act.Primary, act.SwitchTo, act.From = m.Name, t.Name, m.Name
-			act.Degraded, act.DegradedMessage = ReasonHandingOver, fmt.Sprintf("primary %s is being removed; handing over to %s", m.Name, t.Name)
+			act.Degraded, act.DegradedMessage = api.ReasonHandingOver, fmt.Sprintf("primary %s is being removed; handing over to %s", m.Name, t.Name)
 			act.Labels = map[string]string{}
 			return act
 		}
@@ -288,7 +276,7 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 			m, ok := byName[v.RestoreFrom]
 			if !ok || !m.Observed || m.Deleting {
 				act.WaitUntil = v.Now.Add(v.Delay)
-				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("no primary yet; waiting for %s, which restores the backup", v.RestoreFrom)
+				act.Degraded, act.DegradedMessage = api.ReasonNoPrimary, fmt.Sprintf("no primary yet; waiting for %s, which restores the backup", v.RestoreFrom)
 				act.Labels = map[string]string{}
 				return act
 			}
@@ -300,7 +288,7 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 				// snapshot without an AOF may be older than what it served), and its replicas,
 				// which resynced at once, take over as after any loss of a primary.
 				act.WaitUntil = v.Now.Add(time.Second)
-				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("no primary yet; waiting for %s to load the backup and turn its AOF on", m.Name)
+				act.Degraded, act.DegradedMessage = api.ReasonNoPrimary, fmt.Sprintf("no primary yet; waiting for %s to load the backup and turn its AOF on", m.Name)
 				act.Labels = map[string]string{}
 				return act
 			}
@@ -311,37 +299,37 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 				// then start empty and copy the dataset in full. Wait for every member, for a
 				// while.
 				act.WaitUntil = until
-				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("no primary yet; %s restored the backup, waiting for every member to restore it too", m.Name)
+				act.Degraded, act.DegradedMessage = api.ReasonNoPrimary, fmt.Sprintf("no primary yet; %s restored the backup, waiting for every member to restore it too", m.Name)
 				act.Labels = map[string]string{}
 				return act
 			}
 			act.Primary, act.Promote = m.Name, !m.IsPrimary()
-			act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("electing %s, which restored the backup", m.Name)
+			act.Degraded, act.DegradedMessage = api.ReasonNoPrimary, fmt.Sprintf("electing %s, which restored the backup", m.Name)
 			return finishLabels(v, act, byName)
 		}
 		if from == "" && v.Prefer != "" {
 			m, ok := byName[v.Prefer]
 			if ok && m.Observed && !m.Deleting && !m.Repl.Loading && (m.Repl.Keys > 0 || !anyKeys(v.Members)) {
 				act.Primary, act.Promote = m.Name, !m.IsPrimary()
-				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("electing %s, the primary before the cache hibernated", m.Name)
+				act.Degraded, act.DegradedMessage = api.ReasonNoPrimary, fmt.Sprintf("electing %s, the primary before the cache hibernated", m.Name)
 				return finishLabels(v, act, byName)
 			}
 			if until := v.UnhealthySince.Add(max(v.Delay, RestoreWait)); v.Now.Before(until) && (!ok || !m.Observed || m.Repl.Loading) {
 				act.WaitUntil = v.Now.Add(min(until.Sub(v.Now), time.Second)) // it may answer any moment
-				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("no primary yet; waiting for %s, the primary before the cache hibernated, to load its data", v.Prefer)
+				act.Degraded, act.DegradedMessage = api.ReasonNoPrimary, fmt.Sprintf("no primary yet; waiting for %s, the primary before the cache hibernated, to load its data", v.Prefer)
 				act.Labels = map[string]string{}
 				return act
 			}
 		}
 		if from == "" && !allAnswer && !waited {
 			act.WaitUntil = v.UnhealthySince.Add(v.Delay)
-			act.Degraded, act.DegradedMessage = ReasonNoPrimary, "no primary yet; waiting for every member to answer"
+			act.Degraded, act.DegradedMessage = api.ReasonNoPrimary, "no primary yet; waiting for every member to answer"
 			act.Labels = map[string]string{}
 			return act
 		}
 		if from != "" && !restarted && !waited {
 			act.WaitUntil = v.UnhealthySince.Add(v.Delay)
-			act.Degraded, act.DegradedMessage = ReasonPrimaryUnreachable, fmt.Sprintf("primary %s does not answer; replaced after %v", from, v.Delay)
+			act.Degraded, act.DegradedMessage = api.ReasonPrimaryUnreachable, fmt.Sprintf("primary %s does not answer; replaced after %v", from, v.Delay)
 			act.Labels = map[string]string{}
 			return act
 		}
@@ -349,7 +337,7 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 			// A handover finished, and the labels did not move (the operator stopped between
 			// FAILOVER TO and the labels): the member the old primary follows is the primary.
 			act.Primary, act.From = t.Name, from
-			act.Degraded, act.DegradedMessage = ReasonHandingOver, fmt.Sprintf("primary %s handed over to %s; moving the role labels", from, t.Name)
+			act.Degraded, act.DegradedMessage = api.ReasonHandingOver, fmt.Sprintf("primary %s handed over to %s; moving the role labels", from, t.Name)
 			return finishLabels(v, act, byName)
 		}
 		if from != "" && (v.LastPrimaryStopped || !continued(v.Members, from)) {
@@ -363,19 +351,19 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 			m, present := byName[from]
 			if present && m.Observed && !m.Deleting && !m.Repl.Loading && (m.Repl.Keys > 0 || !anyKeys(v.Members)) {
 				act.Primary, act.From, act.Promote = m.Name, from, true
-				act.Degraded, act.DegradedMessage = ReasonFailingOver, fmt.Sprintf("every member restarted; promoting %s again, the primary before, back with its data", m.Name)
+				act.Degraded, act.DegradedMessage = api.ReasonFailingOver, fmt.Sprintf("every member restarted; promoting %s again, the primary before, back with its data", m.Name)
 				return finishLabels(v, act, byName)
 			}
 			if until := v.UnhealthySince.Add(max(v.Delay, RestoreWait)); v.Now.Before(until) && (!present || m.Deleting || !m.Observed || m.Repl.Loading) {
 				act.WaitUntil = v.Now.Add(min(until.Sub(v.Now), time.Second)) // it may answer any moment
-				act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("every member restarted; waiting for %s, the primary before, to come back with its data", from)
+				act.Degraded, act.DegradedMessage = api.ReasonNoPrimary, fmt.Sprintf("every member restarted; waiting for %s, the primary before, to come back with its data", from)
 				act.Labels = map[string]string{}
 				return act
 			}
 		}
 		best, ok := bestCandidate(v.Members, from, history)
 		if !ok {
-			act.Degraded, act.DegradedMessage = ReasonNoPrimary, "no member answers; nothing to promote"
+			act.Degraded, act.DegradedMessage = api.ReasonNoPrimary, "no member answers; nothing to promote"
 			act.WaitUntil = v.Now.Add(v.Delay)
 			act.Labels = map[string]string{}
 			return act
@@ -387,11 +375,11 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 			if lastPrimaryOffset > best.Repl.Offset {
 				act.LostBytes = lastPrimaryOffset - best.Repl.Offset
 			}
-			act.Degraded, act.DegradedMessage = ReasonFailingOver, fmt.Sprintf("primary %s is gone; promoting %s", from, best.Name)
+			act.Degraded, act.DegradedMessage = api.ReasonFailingOver, fmt.Sprintf("primary %s is gone; promoting %s", from, best.Name)
 		} else if !act.Promote {
-			act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("electing %s, which already serves as primary", best.Name)
+			act.Degraded, act.DegradedMessage = api.ReasonNoPrimary, fmt.Sprintf("electing %s, which already serves as primary", best.Name)
 		} else {
-			act.Degraded, act.DegradedMessage = ReasonNoPrimary, fmt.Sprintf("electing %s", best.Name)
+			act.Degraded, act.DegradedMessage = api.ReasonNoPrimary, fmt.Sprintf("electing %s", best.Name)
 		}
 	}
 
@@ -409,13 +397,13 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 		case !m.Observed:
 			whole = false
 			if act.Degraded == "" {
-				act.Degraded, act.DegradedMessage = ReasonMemberUnreachable, fmt.Sprintf("member %s does not answer", m.Name)
+				act.Degraded, act.DegradedMessage = api.ReasonMemberUnreachable, fmt.Sprintf("member %s does not answer", m.Name)
 			}
 		case !m.Repl.LinkUp || !m.PodReady:
 			whole = false
 			lagging = append(lagging, m)
 			if act.Degraded == "" {
-				act.Degraded, act.DegradedMessage = ReasonReplicaNotInSync, fmt.Sprintf("replica %s is not in sync with %s", m.Name, act.Primary)
+				act.Degraded, act.DegradedMessage = api.ReasonReplicaNotInSync, fmt.Sprintf("replica %s is not in sync with %s", m.Name, act.Primary)
 			}
 		}
 	}
@@ -441,7 +429,7 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 		if !present[i] {
 			whole = false
 			if act.Degraded == "" {
-				act.Degraded, act.DegradedMessage = ReasonMemberUnreachable, fmt.Sprintf("member %d has no pod (or its pod is being deleted)", i)
+				act.Degraded, act.DegradedMessage = api.ReasonMemberUnreachable, fmt.Sprintf("member %d has no pod (or its pod is being deleted)", i)
 			}
 			break
 		}
@@ -475,7 +463,7 @@ func Decide(v View, lastPrimaryOffset int64) Action {
 	if len(outdated) == 0 {
 		return act
 	}
-	act.Degraded, act.DegradedMessage = ReasonRolling, fmt.Sprintf("%d members to restart on the new revision", len(outdated))
+	act.Degraded, act.DegradedMessage = api.ReasonRolling, fmt.Sprintf("%d members to restart on the new revision", len(outdated))
 	for i := len(outdated) - 1; i >= 0; i-- {
 		if outdated[i].Name != act.Primary {
 			act.Delete = outdated[i].Name

@@ -57,27 +57,27 @@ func TestDecideRoles(t *testing.T) {
 		{name: "new cache: every member a replica of the Service, nothing labelled: the lowest ordinal is elected",
 			members:  []Member{m(0, "replica", replicaOf(rw, 0, 0, false)), m(1, "replica", replicaOf(rw, 0, 0, false)), m(2, "replica", replicaOf(rw, 0, 0, false))},
 			since:    now,
-			wantPrim: "c-0", promote: true, follow: []string{"c-1", "c-2"}, labels: map[string]string{"c-0": "primary"}, degraded: ReasonNoPrimary},
+			wantPrim: "c-0", promote: true, follow: []string{"c-1", "c-2"}, labels: map[string]string{"c-0": "primary"}, degraded: api.ReasonNoPrimary},
 		{name: "new cache: a member does not answer yet: wait",
 			members: []Member{m(0, "replica", nil), m(1, "replica", replicaOf(rw, 0, 0, false))},
-			since:   now, labels: map[string]string{}, degraded: ReasonNoPrimary},
+			since:   now, labels: map[string]string{}, degraded: api.ReasonNoPrimary},
 		{name: "made before roles: member 0 already serves as primary with the data; it is kept and labelled, replicas repointed to its address",
 			members:  []Member{m(0, "", primaryRepl(100, 5)), m(1, "", replicaOf("c-0.c.ns.svc.cluster.local", 100, 5, true))},
 			since:    now,
-			wantPrim: "c-0", follow: []string{"c-1"}, labels: map[string]string{"c-0": "primary", "c-1": "replica"}, degraded: ReasonNoPrimary},
+			wantPrim: "c-0", follow: []string{"c-1"}, labels: map[string]string{"c-0": "primary", "c-1": "replica"}, degraded: api.ReasonNoPrimary},
 		{name: "primary restarted (answers as a replica): replaced at once by the replica with the highest offset",
 			members: []Member{m(0, "primary", replicaOf(rw, 0, 5, false)), m(1, "replica", replicaOf(p0, 90, 5, false)), m(2, "replica", replicaOf(p0, 100, 5, false))},
 			since:   now, lastOff: 120,
 			wantPrim: "c-2", promote: true, follow: []string{"c-0", "c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"},
-			degraded: ReasonFailingOver, lostBytes: 20},
+			degraded: api.ReasonFailingOver, lostBytes: 20},
 		{name: "a handover finished but the labels did not move: the member the old primary follows is the primary, not promoted again",
 			members: []Member{m(0, "primary", replicaOf("198.18.0.3", 100, 5, true)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", primaryRepl(100, 5))},
 			since:   now, lastOff: 100,
-			wantPrim: "c-2", follow: []string{"c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"}, degraded: ReasonHandingOver},
+			wantPrim: "c-2", follow: []string{"c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"}, degraded: api.ReasonHandingOver},
 		{name: "primary restarted empty, replicas hold data: an empty member never wins",
 			members:  []Member{m(0, "primary", replicaOf(rw, 0, 0, false)), m(1, "replica", replicaOf(p0, 50, 7, false))},
 			since:    now,
-			wantPrim: "c-1", promote: true, follow: []string{"c-0"}, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: ReasonFailingOver},
+			wantPrim: "c-1", promote: true, follow: []string{"c-0"}, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: api.ReasonFailingOver},
 		{name: "a replica that restarted empty (a history of its own) and has the highest offset loses to one on the old history",
 			members: func() []Member {
 				r := replicaOf(rw, 500, 0, false)
@@ -85,7 +85,7 @@ func TestDecideRoles(t *testing.T) {
 				return []Member{m(0, "primary", nil), m(1, "replica", r), m(2, "replica", replicaOf(p0, 40, 3, false))}
 			}(),
 			since:    now.Add(-4 * time.Second),
-			wantPrim: "c-2", promote: true, follow: []string{"c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"}, degraded: ReasonFailingOver},
+			wantPrim: "c-2", promote: true, follow: []string{"c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"}, degraded: api.ReasonFailingOver},
 		{name: "primary's container stopped (not yet restarted): replaced at once",
 			members: func() []Member {
 				a := m(0, "primary", nil)
@@ -93,7 +93,7 @@ func TestDecideRoles(t *testing.T) {
 				return []Member{a, m(1, "replica", replicaOf(p0, 90, 5, false))}
 			}(),
 			since:    now,
-			wantPrim: "c-1", promote: true, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: ReasonFailingOver},
+			wantPrim: "c-1", promote: true, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: api.ReasonFailingOver},
 		{name: "primary answering but its pod not ready: it stays (the operator's own reading decides)",
 			members: func() []Member {
 				a := m(0, "primary", primaryRepl(100, 5))
@@ -104,61 +104,61 @@ func TestDecideRoles(t *testing.T) {
 			wantPrim: "c-0", labels: map[string]string{}},
 		{name: "primary unreachable within the delay: wait",
 			members: []Member{m(0, "primary", nil), m(1, "replica", replicaOf(p0, 90, 5, false))},
-			since:   now.Add(-time.Second), labels: map[string]string{}, degraded: ReasonPrimaryUnreachable},
+			since:   now.Add(-time.Second), labels: map[string]string{}, degraded: api.ReasonPrimaryUnreachable},
 		{name: "primary unreachable past the delay: fail over; its label goes even though it cannot be told",
 			members:  []Member{m(0, "primary", nil), m(1, "replica", replicaOf(p0, 90, 5, false))},
 			since:    now.Add(-3 * time.Second),
-			wantPrim: "c-1", promote: true, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: ReasonFailingOver},
+			wantPrim: "c-1", promote: true, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: api.ReasonFailingOver},
 		{name: "a cache of one whose member restarted: it is promoted again",
 			members:  []Member{m(0, "primary", replicaOf(rw, 0, 5, false))},
 			since:    now,
-			wantPrim: "c-0", promote: true, labels: map[string]string{}, degraded: ReasonFailingOver},
+			wantPrim: "c-0", promote: true, labels: map[string]string{}, degraded: api.ReasonFailingOver},
 		{name: "a stray master is demoted to follow the primary",
 			members:  []Member{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", primaryRepl(3, 0))},
-			wantPrim: "c-0", follow: []string{"c-1"}, labels: map[string]string{}, degraded: ReasonReplicaNotInSync},
+			wantPrim: "c-0", follow: []string{"c-1"}, labels: map[string]string{}, degraded: api.ReasonReplicaNotInSync},
 		{name: "switchover asked for a replica in sync",
 			members:  []Member{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true))},
 			switchTo: "c-1", wantPrim: "c-0", switchTo2: "c-1", labels: map[string]string{}},
 		{name: "roll: the replica with the highest ordinal first",
 			members:  []Member{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 100, 5, true))},
-			revision: "r2", wantPrim: "c-0", del: "c-2", labels: map[string]string{}, degraded: ReasonRolling},
+			revision: "r2", wantPrim: "c-0", del: "c-2", labels: map[string]string{}, degraded: api.ReasonRolling},
 		{name: "roll waits while a replica's pod is missing (deleted to roll it, not made anew yet)",
 			members:  []Member{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true))},
-			replicas: 3, revision: "r2", wantPrim: "c-0", labels: map[string]string{}, degraded: ReasonMemberUnreachable},
+			replicas: 3, revision: "r2", wantPrim: "c-0", labels: map[string]string{}, degraded: api.ReasonMemberUnreachable},
 		{name: "roll waits while a replica's pod is being deleted",
 			members: func() []Member {
 				ms := []Member{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 100, 5, true))}
 				ms[2].Deleting = true
 				return ms
 			}(),
-			revision: "r2", wantPrim: "c-0", labels: map[string]string{}, degraded: ReasonMemberUnreachable},
+			revision: "r2", wantPrim: "c-0", labels: map[string]string{}, degraded: api.ReasonMemberUnreachable},
 		{name: "roll waits while a replica is out of sync",
 			members:  []Member{m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 0, 0, false))},
-			revision: "r2", wantPrim: "c-0", labels: map[string]string{}, degraded: ReasonReplicaNotInSync},
+			revision: "r2", wantPrim: "c-0", labels: map[string]string{}, degraded: api.ReasonReplicaNotInSync},
 		{name: "roll: the old primary, out of sync in the other TLS mode, is rolled without waiting",
 			members: func() []Member {
 				a, b, c := m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true)), m(2, "replica", replicaOf(p0, 0, 0, false))
 				a.TLS, b.TLS, a.Revision, b.Revision = true, true, "r2", "r2"
 				return []Member{a, b, c}
 			}(),
-			revision: "r2", wantPrim: "c-0", del: "c-2", labels: map[string]string{}, degraded: ReasonReplicaNotInSync},
+			revision: "r2", wantPrim: "c-0", del: "c-2", labels: map[string]string{}, degraded: api.ReasonReplicaNotInSync},
 		{name: "roll: only the primary left: hand over to an updated replica",
 			members: func() []Member {
 				a, b := m(0, "primary", primaryRepl(100, 5)), m(1, "replica", replicaOf(p0, 100, 5, true))
 				b.Revision = "r2"
 				return []Member{a, b}
 			}(),
-			revision: "r2", wantPrim: "c-0", switchTo2: "c-1", labels: map[string]string{}, degraded: ReasonRolling},
+			revision: "r2", wantPrim: "c-0", switchTo2: "c-1", labels: map[string]string{}, degraded: api.ReasonRolling},
 		{name: "roll a cache of one: the pod is deleted",
 			members:  []Member{m(0, "primary", primaryRepl(100, 5))},
-			revision: "r2", wantPrim: "c-0", del: "c-0", labels: map[string]string{}, degraded: ReasonRolling},
+			revision: "r2", wantPrim: "c-0", del: "c-0", labels: map[string]string{}, degraded: api.ReasonRolling},
 		{name: "election by history: the highest offset on the old primary's history wins, keys only break ties",
 			members: func() []Member {
 				a, b := replicaOf(p0, 90, 5, false), replicaOf(p0, 100, 4, false)
 				return []Member{m(0, "primary", nil), m(1, "replica", a), m(2, "replica", b)}
 			}(),
 			since: now.Add(-4 * time.Second), lastOff: 100,
-			wantPrim: "c-2", promote: true, follow: []string{"c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"}, degraded: ReasonFailingOver},
+			wantPrim: "c-2", promote: true, follow: []string{"c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"}, degraded: api.ReasonFailingOver},
 		{name: "election by history: a member holding more keys on another history loses",
 			members: func() []Member {
 				other := replicaOf(p0, 900, 50, false)
@@ -166,14 +166,14 @@ func TestDecideRoles(t *testing.T) {
 				return []Member{m(0, "primary", nil), m(1, "replica", other), m(2, "replica", replicaOf(p0, 80, 5, false))}
 			}(),
 			since: now.Add(-4 * time.Second), lastOff: 100,
-			wantPrim: "c-2", promote: true, follow: []string{"c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"}, degraded: ReasonFailingOver, lostBytes: 20},
+			wantPrim: "c-2", promote: true, follow: []string{"c-1"}, labels: map[string]string{"c-0": "replica", "c-2": "primary"}, degraded: api.ReasonFailingOver, lostBytes: 20},
 		{name: "the primary's pod is being deleted while its server runs: hand over to the most caught-up replica in sync",
 			members: func() []Member {
 				a := m(0, "primary", primaryRepl(100, 5))
 				a.Deleting = true
 				return []Member{a, m(1, "replica", replicaOf(p0, 90, 5, true)), m(2, "replica", replicaOf(p0, 95, 5, true))}
 			}(),
-			wantPrim: "c-0", switchTo2: "c-2", labels: map[string]string{}, degraded: ReasonHandingOver},
+			wantPrim: "c-0", switchTo2: "c-2", labels: map[string]string{}, degraded: api.ReasonHandingOver},
 		{name: "the primary's pod is being deleted and no replica is in sync with it: a failover",
 			members: func() []Member {
 				a := m(0, "primary", primaryRepl(100, 5))
@@ -181,7 +181,7 @@ func TestDecideRoles(t *testing.T) {
 				return []Member{a, m(1, "replica", replicaOf(p0, 90, 5, false))}
 			}(),
 			since:    now,
-			wantPrim: "c-1", promote: true, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: ReasonFailingOver, lostBytes: 0},
+			wantPrim: "c-1", promote: true, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: api.ReasonFailingOver, lostBytes: 0},
 		{name: "the primary's pod is being deleted and its server stopped: a failover",
 			members: func() []Member {
 				a := m(0, "primary", nil)
@@ -189,7 +189,7 @@ func TestDecideRoles(t *testing.T) {
 				return []Member{a, m(1, "replica", replicaOf(p0, 90, 5, false))}
 			}(),
 			since:    now,
-			wantPrim: "c-1", promote: true, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: ReasonFailingOver},
+			wantPrim: "c-1", promote: true, labels: map[string]string{"c-0": "replica", "c-1": "primary"}, degraded: api.ReasonFailingOver},
 		{name: "scale-down removes the primary's ordinal: hand over first",
 			members:  []Member{m(0, "replica", replicaOf("198.18.0.3", 100, 5, true)), m(1, "replica", replicaOf("198.18.0.3", 100, 5, true)), m(2, "primary", primaryRepl(100, 5))},
 			replicas: 2, wantPrim: "c-2", switchTo2: "c-0", labels: map[string]string{}},
@@ -268,7 +268,7 @@ func TestRestoredMemberIsTheFirstPrimary(t *testing.T) {
 	rw := "c-rw.ns.svc.cluster.local"
 	restoring := []Member{m(0, "replica", nil), m(1, "replica", replicaOf(rw, 0, 0, false)), m(2, "replica", replicaOf(rw, 0, 0, false))}
 	v := View{Now: now, Members: restoring, Delay: 3 * time.Second, UnhealthySince: now.Add(-time.Hour), UpdateRevision: "r1", Replicas: 3, RestoreFrom: "c-0"}
-	if got := Decide(v, 0); got.Primary != "" || got.Promote || len(got.Labels) != 0 || got.Degraded != ReasonNoPrimary {
+	if got := Decide(v, 0); got.Primary != "" || got.Promote || len(got.Labels) != 0 || got.Degraded != api.ReasonNoPrimary {
 		t.Errorf("while c-0 restores: primary %q promote %v labels %v degraded %q; want no primary, waiting", got.Primary, got.Promote, got.Labels, got.Degraded)
 	}
 	// Without the guard, an empty member would have been elected by now.
@@ -296,7 +296,7 @@ func TestRestoredMemberIsTheFirstPrimary(t *testing.T) {
 		loading, off, rewriting bool
 	}{{"loading", true, true, false}, {"loaded, its AOF off", false, true, false}} {
 		v.Members[0] = m(0, "replica", restored(tc.loading, tc.off, tc.rewriting))
-		if got := Decide(v, 0); got.Primary != "" || got.Promote || len(got.Labels) != 0 || got.Degraded != ReasonNoPrimary || got.WaitUntil.IsZero() {
+		if got := Decide(v, 0); got.Primary != "" || got.Promote || len(got.Labels) != 0 || got.Degraded != api.ReasonNoPrimary || got.WaitUntil.IsZero() {
 			t.Errorf("c-0 %s: primary %q promote %v labels %v degraded %q wait %v; want no primary yet, a wait", tc.name, got.Primary, got.Promote, got.Labels, got.Degraded, got.WaitUntil)
 		}
 	}
@@ -333,7 +333,7 @@ func TestResetDeletesEveryOldMemberAtOnce(t *testing.T) {
 		Reset: "redis 8.0 to redis 7.0: it reads formats up to 10"}
 	act := Decide(v, 500)
 	if !slices.Equal(act.DeleteAll, []string{"c-0", "c-1", "c-2"}) || act.Delete != "" || act.SwitchTo != "" || act.Promote ||
-		act.Degraded != ReasonRolling || !strings.Contains(act.DegradedMessage, "redis 8.0 to redis 7.0") {
+		act.Degraded != api.ReasonRolling || !strings.Contains(act.DegradedMessage, "redis 8.0 to redis 7.0") {
 		t.Errorf("first pass: %+v", act)
 	}
 	// Deleting: nothing is asked of them again, and no handover from the deleting primary.
@@ -414,12 +414,12 @@ func TestPrimaryReplacedWithoutItsLabelIsAFailover(t *testing.T) {
 	}
 	v.LastPrimary = "c-2"
 	got := Decide(v, 1000)
-	if got.Primary != "" || got.Degraded != ReasonPrimaryUnreachable || !got.WaitUntil.Equal(now.Add(2*time.Second)) {
+	if got.Primary != "" || got.Degraded != api.ReasonPrimaryUnreachable || !got.WaitUntil.Equal(now.Add(2*time.Second)) {
 		t.Errorf("c-2's new pod silent for 1 s: primary %q degraded %q wait %v; want the delay waited out", got.Primary, got.Degraded, got.WaitUntil)
 	}
 	v.UnhealthySince = now.Add(-5 * time.Second)
 	got = Decide(v, 1000)
-	if got.Primary != "c-1" || got.From != "c-2" || !got.Promote || got.Degraded != ReasonFailingOver {
+	if got.Primary != "c-1" || got.From != "c-2" || !got.Promote || got.Degraded != api.ReasonFailingOver {
 		t.Errorf("after the delay: primary %q from %q promote %v degraded %q; want a failover from c-2 to c-1", got.Primary, got.From, got.Promote, got.Degraded)
 	}
 	// Its pod gone from the informer altogether: at once.
@@ -443,12 +443,12 @@ func TestEveryMemberRestartedElectsTheLastPrimary(t *testing.T) {
 		History: "h1", LastPrimary: "c-0",
 		Members: []Member{m(0, "replica", nil), m(1, "replica", fresh("a", 900)), m(2, "replica", fresh("b", 950))}}
 	got := Decide(v, 1000)
-	if got.Primary != "" || got.Degraded != ReasonNoPrimary || got.WaitUntil.IsZero() || !strings.Contains(got.DegradedMessage, "c-0") {
+	if got.Primary != "" || got.Degraded != api.ReasonNoPrimary || got.WaitUntil.IsZero() || !strings.Contains(got.DegradedMessage, "c-0") {
 		t.Fatalf("c-0 not back yet: primary %q degraded %q (%s) wait %v; want c-0 waited for", got.Primary, got.Degraded, got.DegradedMessage, got.WaitUntil)
 	}
 	v.Members[0] = m(0, "replica", fresh("c", 940))
 	got = Decide(v, 1000)
-	if got.Primary != "c-0" || got.From != "c-0" || !got.Promote || got.Degraded != ReasonFailingOver {
+	if got.Primary != "c-0" || got.From != "c-0" || !got.Promote || got.Degraded != api.ReasonFailingOver {
 		t.Errorf("c-0 back with its data: primary %q from %q promote %v degraded %q; want c-0 promoted again", got.Primary, got.From, got.Promote, got.Degraded)
 	}
 	// Loading its data: still waited for.
@@ -477,7 +477,7 @@ func TestEveryMemberRestartedElectsTheLastPrimary(t *testing.T) {
 	// waited for, and elected again, since a replica may lack what it acknowledged last.
 	v.LastPrimaryStopped = true
 	v.Members[0] = m(0, "replica", nil)
-	if got := Decide(v, 1000); got.Primary != "" || got.Degraded != ReasonNoPrimary {
+	if got := Decide(v, 1000); got.Primary != "" || got.Degraded != api.ReasonNoPrimary {
 		t.Errorf("c-0 stopped on purpose, not back: primary %q degraded %q; want it waited for", got.Primary, got.Degraded)
 	}
 	v.Members[0] = m(0, "replica", fresh("c", 940))

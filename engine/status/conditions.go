@@ -11,27 +11,11 @@ import (
 
 	"example.com/cache-operator/engine/credentials"
 	"example.com/cache-operator/engine/dataplane"
-	"example.com/cache-operator/engine/roles"
 )
 
 // The status conditions of a ManagedCache, each decided in one place: Ready (New, from the
 // StatefulSet and the member view), StorageResizing (package storage), Degraded and ConfigApplied
 // (from the member pass's view) and PasswordApplied (from the view and the credentials decision).
-
-// ConditionReady is the condition that says whether a cache is serving.
-const ConditionReady = api.ConditionReady
-
-// Reasons of the Ready condition. A failing child sets <Kind>Failed (SecretFailed, ServiceFailed,
-// StatefulSetFailed, PodDisruptionBudgetFailed).
-const (
-	ReasonAllReplicasReady   = "AllReplicasReady"
-	ReasonWaitingForReplicas = "WaitingForReplicas"
-	ReasonInvalidSpec        = "InvalidSpec"
-	ReasonRenderFailed       = "RenderFailed"
-)
-
-// ConditionDegraded is api.ConditionDegraded.
-const ConditionDegraded = api.ConditionDegraded
 
 // applyMemberView sets what the member pass found in s: primary, members, the read endpoint and
 // the Degraded condition.
@@ -45,17 +29,17 @@ func applyMemberView(s *Status, v dataplane.View, ok bool, generation int64) {
 		s.LastFailover = v.LastFailover
 	}
 	if !v.Observed {
-		meta.RemoveStatusCondition(&s.Conditions, ConditionDegraded)
+		meta.RemoveStatusCondition(&s.Conditions, api.ConditionDegraded)
 		return
 	}
-	cond := metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionFalse, Reason: roles.ReasonHealthy,
+	cond := metav1.Condition{Type: api.ConditionDegraded, Status: metav1.ConditionFalse, Reason: api.ReasonHealthy,
 		Message: "every member answers and every replica is in sync", ObservedGeneration: generation}
 	if v.Degraded != "" {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, v.Degraded, v.DegradedMessage
 	}
 	if v.Refused != "" {
 		// Why nothing moves: the members refuse the operator.
-		cond.Status, cond.Reason = metav1.ConditionTrue, dataplane.ReasonOperatorRefused
+		cond.Status, cond.Reason = metav1.ConditionTrue, api.ReasonOperatorRefused
 		cond.Message = "the members refuse the operator's command (" + v.Refused + ")"
 		if v.Degraded != "" {
 			cond.Message += "; " + v.DegradedMessage
@@ -66,43 +50,29 @@ func applyMemberView(s *Status, v dataplane.View, ok bool, generation int64) {
 	applyDataLost(s, v, generation)
 }
 
-// ConditionDataLost is present, True, once every member of a cache came back empty after it
-// held keys (dataplane.ReasonDataLost); it stays until the cache's spec changes.
-const ConditionDataLost = "DataLost"
-
 // applyDataLost sets DataLost from a pass that saw the loss, and removes it once the spec changed
 // since it was set.
 func applyDataLost(s *Status, v dataplane.View, generation int64) {
 	if v.DataLost != "" {
-		if c := meta.FindStatusCondition(s.Conditions, ConditionDataLost); c == nil || c.Message != v.DataLost {
-			meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionDataLost, Status: metav1.ConditionTrue,
-				Reason: dataplane.ReasonDataLost, Message: v.DataLost, ObservedGeneration: generation})
+		if c := meta.FindStatusCondition(s.Conditions, api.ConditionDataLost); c == nil || c.Message != v.DataLost {
+			meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: api.ConditionDataLost, Status: metav1.ConditionTrue,
+				Reason: api.ReasonDataLost, Message: v.DataLost, ObservedGeneration: generation})
 		}
 		return
 	}
-	if c := meta.FindStatusCondition(s.Conditions, ConditionDataLost); c != nil && c.ObservedGeneration != generation {
-		meta.RemoveStatusCondition(&s.Conditions, ConditionDataLost)
+	if c := meta.FindStatusCondition(s.Conditions, api.ConditionDataLost); c != nil && c.ObservedGeneration != generation {
+		meta.RemoveStatusCondition(&s.Conditions, api.ConditionDataLost)
 	}
 }
-
-// ConditionConfigApplied says whether every member runs with the cache's live settings.
-const ConditionConfigApplied = "ConfigApplied"
-
-// Reasons of the ConfigApplied condition.
-const (
-	ReasonLiveSettingsApplied = "LiveSettingsApplied"
-	ReasonLiveSettingsPending = "LiveSettingsPending"
-	ReasonLiveSettingsInvalid = "LiveSettingsInvalid"
-)
 
 // applyLiveCondition sets ConfigApplied from a member pass's view: True when every member has the
 // live settings' revision, False naming those that have not and why.
 func applyLiveCondition(s *Status, v dataplane.View, generation int64) {
 	if v.Live == "" {
-		meta.RemoveStatusCondition(&s.Conditions, ConditionConfigApplied)
+		meta.RemoveStatusCondition(&s.Conditions, api.ConditionConfigApplied)
 		return
 	}
-	cond := metav1.Condition{Type: ConditionConfigApplied, Status: metav1.ConditionTrue, Reason: ReasonLiveSettingsApplied,
+	cond := metav1.Condition{Type: api.ConditionConfigApplied, Status: metav1.ConditionTrue, Reason: api.ReasonLiveSettingsApplied,
 		Message: "every member has the live settings of revision " + v.Live, ObservedGeneration: generation}
 	var pending []string
 	for _, m := range v.Members {
@@ -116,38 +86,27 @@ func applyLiveCondition(s *Status, v dataplane.View, generation int64) {
 	}
 	switch {
 	case v.LiveError != "":
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonLiveSettingsInvalid, "the live settings do not parse: "+v.LiveError
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, api.ReasonLiveSettingsInvalid, "the live settings do not parse: "+v.LiveError
 	case len(pending) > 0:
-		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonLiveSettingsPending
+		cond.Status, cond.Reason = metav1.ConditionFalse, api.ReasonLiveSettingsPending
 		cond.Message = fmt.Sprintf("%s not yet at the live settings of revision %s%s", strings.Join(pending, ", "), v.Live, why)
 	}
 	meta.SetStatusCondition(&s.Conditions, cond)
 }
-
-// ConditionPasswordApplied says whether every member accepts the Secret's password.
-const ConditionPasswordApplied = "PasswordApplied"
-
-// Reasons of the PasswordApplied condition, and of the rotation's Events.
-const (
-	ReasonPasswordApplied  = "PasswordApplied"
-	ReasonPasswordPending  = "PasswordPending"
-	ReasonPasswordRejected = "PasswordRejected"
-	ReasonPasswordRotated  = "PasswordRotated"
-)
 
 // ApplyPassword sets PasswordApplied: False when the Secret's password was refused (the
 // members keep the accepted one), else from the member pass: True when every member accepts the
 // password of the current revision (and, during an overlap, the previous one), False naming those
 // that do not yet.
 func ApplyPassword(s *Status, v dataplane.View, viewOK bool, d credentials.Decision, generation int64) {
-	cond := metav1.Condition{Type: ConditionPasswordApplied, ObservedGeneration: generation}
+	cond := metav1.Condition{Type: api.ConditionPasswordApplied, ObservedGeneration: generation}
 	switch {
 	case d.Rejected != "":
-		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonPasswordRejected
+		cond.Status, cond.Reason = metav1.ConditionFalse, api.ReasonPasswordRejected
 		cond.Message = fmt.Sprintf("%s; the members keep the password of revision %d", d.Rejected, d.Auth.Revision)
 	case !viewOK || !v.Observed || v.Password == 0:
-		if c := meta.FindStatusCondition(s.Conditions, ConditionPasswordApplied); c != nil && c.Reason == ReasonPasswordRejected {
-			meta.RemoveStatusCondition(&s.Conditions, ConditionPasswordApplied)
+		if c := meta.FindStatusCondition(s.Conditions, api.ConditionPasswordApplied); c != nil && c.Reason == api.ReasonPasswordRejected {
+			meta.RemoveStatusCondition(&s.Conditions, api.ConditionPasswordApplied)
 		}
 		return
 	default:
@@ -158,13 +117,13 @@ func ApplyPassword(s *Status, v dataplane.View, viewOK bool, d credentials.Decis
 			}
 		}
 		if len(pending) == 0 {
-			cond.Status, cond.Reason = metav1.ConditionTrue, ReasonPasswordApplied
+			cond.Status, cond.Reason = metav1.ConditionTrue, api.ReasonPasswordApplied
 			cond.Message = fmt.Sprintf("every member accepts the password of revision %d", v.Password)
 			if d.Auth.PreviousUntil != "" {
 				cond.Message += " and, until " + d.Auth.PreviousUntil + ", the previous one"
 			}
 		} else {
-			cond.Status, cond.Reason = metav1.ConditionFalse, ReasonPasswordPending
+			cond.Status, cond.Reason = metav1.ConditionFalse, api.ReasonPasswordPending
 			cond.Message = fmt.Sprintf("%v not yet at the password of revision %d", pending, v.Password)
 			if v.PasswordPending != "" {
 				cond.Message += " (" + v.PasswordPending + ")"

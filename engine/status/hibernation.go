@@ -13,18 +13,6 @@ import (
 	"example.com/cache-operator/engine/api"
 )
 
-// ConditionHibernated says whether a cache's members are stopped (spec.hibernate): present while
-// it hibernates or resumes, removed once it is Ready again.
-const ConditionHibernated = "Hibernated"
-
-// Reasons of the Hibernated condition; ReasonHibernated is also the Ready condition's reason
-// while the members are stopped (kubectl get's Status column).
-const (
-	ReasonHibernating = "Hibernating"
-	ReasonHibernated  = "Hibernated"
-	ReasonResuming    = "Resuming"
-)
-
 // applyHibernation sets what spec.hibernate says in s, after New computed the rest: running
 // is how many members still run (the StatefulSet's status.replicas); lastPrimary the primary the
 // status named before this pass (the member pass publishes none while a cache hibernates).
@@ -38,29 +26,29 @@ func applyHibernation(s *Status, spec api.Spec, lastPrimary string, generation, 
 		if s.Hibernation == nil {
 			s.Hibernation = &api.HibernationStatus{Primary: lastPrimary, Since: now.UTC().Format(time.RFC3339)}
 		}
-		cond := metav1.Condition{Type: ConditionHibernated, Status: metav1.ConditionFalse, Reason: ReasonHibernating,
+		cond := metav1.Condition{Type: api.ConditionHibernated, Status: metav1.ConditionFalse, Reason: api.ReasonHibernating,
 			Message: fmt.Sprintf("stopping the members: %d still running", running), ObservedGeneration: generation}
 		if running == 0 {
-			cond.Status, cond.Reason = metav1.ConditionTrue, ReasonHibernated
+			cond.Status, cond.Reason = metav1.ConditionTrue, api.ReasonHibernated
 			cond.Message = fmt.Sprintf("every member is stopped; the volumes, the Secret and the Services are kept; set spec.hibernate to false to resume with %s as primary", orNone(s.Hibernation.Primary))
 			s.Primary, s.Members = "", nil
-			s.SetReady(generation, false, ReasonHibernated, "hibernated (spec.hibernate): no member runs")
+			s.SetReady(generation, false, api.ReasonHibernated, "hibernated (spec.hibernate): no member runs")
 		} else {
-			s.SetReady(generation, false, ReasonHibernating, fmt.Sprintf("hibernating (spec.hibernate): %d members still running", running))
+			s.SetReady(generation, false, api.ReasonHibernating, fmt.Sprintf("hibernating (spec.hibernate): %d members still running", running))
 		}
 		meta.SetStatusCondition(&s.Conditions, cond)
 		return
 	}
 	if s.Hibernation == nil {
-		meta.RemoveStatusCondition(&s.Conditions, ConditionHibernated)
+		meta.RemoveStatusCondition(&s.Conditions, api.ConditionHibernated)
 		return
 	}
 	if IsReady(*s) && s.Primary != "" {
 		s.Hibernation = nil
-		meta.RemoveStatusCondition(&s.Conditions, ConditionHibernated)
+		meta.RemoveStatusCondition(&s.Conditions, api.ConditionHibernated)
 		return
 	}
-	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: ConditionHibernated, Status: metav1.ConditionFalse, Reason: ReasonResuming,
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: api.ConditionHibernated, Status: metav1.ConditionFalse, Reason: api.ReasonResuming,
 		Message: fmt.Sprintf("resuming: starting the members and electing %s again", orNone(s.Hibernation.Primary)), ObservedGeneration: generation})
 }
 
@@ -73,7 +61,7 @@ func orNone(member string) string {
 
 // HibernationEvents records an Event for each step of a hibernation a status write made.
 func HibernationEvents(recorder record.EventRecorder, mc *unstructured.Unstructured, old, cur Status) {
-	was, is := meta.FindStatusCondition(old.Conditions, ConditionHibernated), meta.FindStatusCondition(cur.Conditions, ConditionHibernated)
+	was, is := meta.FindStatusCondition(old.Conditions, api.ConditionHibernated), meta.FindStatusCondition(cur.Conditions, api.ConditionHibernated)
 	reason := func(c *metav1.Condition) string {
 		if c == nil {
 			return ""
@@ -84,13 +72,13 @@ func HibernationEvents(recorder record.EventRecorder, mc *unstructured.Unstructu
 		return
 	}
 	switch {
-	case is != nil && is.Reason == ReasonHibernating:
-		recorder.Eventf(mc, corev1.EventTypeNormal, ReasonHibernating, "Stopping every member (spec.hibernate); %s was the primary", orNone(cur.Hibernation.Primary))
-	case is != nil && is.Reason == ReasonHibernated:
-		recorder.Eventf(mc, corev1.EventTypeNormal, ReasonHibernated, "Every member is stopped; the volumes are kept")
-	case is != nil && is.Reason == ReasonResuming:
-		recorder.Eventf(mc, corev1.EventTypeNormal, ReasonResuming, "Starting the members (spec.hibernate is false)")
+	case is != nil && is.Reason == api.ReasonHibernating:
+		recorder.Eventf(mc, corev1.EventTypeNormal, api.ReasonHibernating, "Stopping every member (spec.hibernate); %s was the primary", orNone(cur.Hibernation.Primary))
+	case is != nil && is.Reason == api.ReasonHibernated:
+		recorder.Eventf(mc, corev1.EventTypeNormal, api.ReasonHibernated, "Every member is stopped; the volumes are kept")
+	case is != nil && is.Reason == api.ReasonResuming:
+		recorder.Eventf(mc, corev1.EventTypeNormal, api.ReasonResuming, "Starting the members (spec.hibernate is false)")
 	case is == nil && was != nil:
-		recorder.Eventf(mc, corev1.EventTypeNormal, "Resumed", "Ready again with %s as primary", cur.Primary)
+		recorder.Eventf(mc, corev1.EventTypeNormal, api.EventResumed, "Ready again with %s as primary", cur.Primary)
 	}
 }

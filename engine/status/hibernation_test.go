@@ -14,32 +14,32 @@ func TestApplyHibernation(t *testing.T) {
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	var s Status
 	s.Primary = "c-2"
-	s.SetReady(1, true, ReasonAllReplicasReady, "3/3")
+	s.SetReady(1, true, api.ReasonAllReplicasReady, "3/3")
 	applyHibernation(&s, api.Spec{Replicas: 3, Hibernate: true}, "c-2", 2, 2, now)
-	h := meta.FindStatusCondition(s.Conditions, ConditionHibernated)
-	if s.Hibernation == nil || s.Hibernation.Primary != "c-2" || s.Hibernation.Since != "2026-12-03T12:00:00Z" || h == nil || h.Reason != ReasonHibernating || IsReady(s) {
+	h := meta.FindStatusCondition(s.Conditions, api.ConditionHibernated)
+	if s.Hibernation == nil || s.Hibernation.Primary != "c-2" || s.Hibernation.Since != "2026-12-03T12:00:00Z" || h == nil || h.Reason != api.ReasonHibernating || IsReady(s) {
 		t.Fatalf("stopping: hibernation %+v, condition %+v, ready %v; want c-2 recorded, Hibernating, not Ready", s.Hibernation, h, IsReady(s))
 	}
 	// Stopped: a later pass keeps the first record, whatever the view says now.
 	applyHibernation(&s, api.Spec{Replicas: 3, Hibernate: true}, "", 2, 0, now.Add(time.Minute))
-	h, r := meta.FindStatusCondition(s.Conditions, ConditionHibernated), meta.FindStatusCondition(s.Conditions, ConditionReady)
-	if s.Hibernation.Primary != "c-2" || s.Hibernation.Since != "2026-12-03T12:00:00Z" || h.Reason != ReasonHibernated || h.Status != "True" ||
-		r.Reason != ReasonHibernated || s.Primary != "" || s.Members != nil {
+	h, r := meta.FindStatusCondition(s.Conditions, api.ConditionHibernated), meta.FindStatusCondition(s.Conditions, api.ConditionReady)
+	if s.Hibernation.Primary != "c-2" || s.Hibernation.Since != "2026-12-03T12:00:00Z" || h.Reason != api.ReasonHibernated || h.Status != "True" ||
+		r.Reason != api.ReasonHibernated || s.Primary != "" || s.Members != nil {
 		t.Fatalf("stopped: hibernation %+v, condition %+v, ready %+v, primary %q; want the record kept, Hibernated, Ready False Hibernated, no primary", s.Hibernation, h, r, s.Primary)
 	}
 	// Resuming: not Ready yet (or Ready without a primary): the record stays for the election.
 	applyHibernation(&s, api.Spec{Replicas: 3}, "", 3, 3, now)
-	if h := meta.FindStatusCondition(s.Conditions, ConditionHibernated); s.Hibernation == nil || h == nil || h.Reason != ReasonResuming {
+	if h := meta.FindStatusCondition(s.Conditions, api.ConditionHibernated); s.Hibernation == nil || h == nil || h.Reason != api.ReasonResuming {
 		t.Fatalf("resuming: hibernation %+v, condition %+v; want the record and Resuming", s.Hibernation, h)
 	}
-	s.SetReady(3, true, ReasonAllReplicasReady, "3/3")
+	s.SetReady(3, true, api.ReasonAllReplicasReady, "3/3")
 	applyHibernation(&s, api.Spec{Replicas: 3}, "", 3, 3, now)
 	if s.Hibernation == nil {
 		t.Fatal("Ready without a primary ended the resume")
 	}
 	s.Primary = "c-2"
 	applyHibernation(&s, api.Spec{Replicas: 3}, "c-2", 3, 3, now)
-	if s.Hibernation != nil || meta.FindStatusCondition(s.Conditions, ConditionHibernated) != nil {
+	if s.Hibernation != nil || meta.FindStatusCondition(s.Conditions, api.ConditionHibernated) != nil {
 		t.Errorf("resumed: hibernation %+v, conditions %+v; want neither", s.Hibernation, s.Conditions)
 	}
 }

@@ -15,8 +15,6 @@ import (
 
 	"example.com/cache-operator/engine/cachetls"
 
-	"example.com/cache-operator/engine/roles"
-
 	"example.com/cache-operator/engine/dataplane"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -26,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"example.com/cache-operator/engine/api"
-	"example.com/cache-operator/engine/storage"
 )
 
 // Status is the status of a ManagedCache, as the CRD declares it.
@@ -79,7 +76,7 @@ func (s *Status) SetReady(generation int64, ready bool, reason, message string) 
 		status = metav1.ConditionTrue
 	}
 	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
-		Type: ConditionReady, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
+		Type: api.ConditionReady, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
 	})
 }
 
@@ -125,25 +122,25 @@ func New(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, o O
 	if o.Resizing != nil {
 		meta.SetStatusCondition(&s.Conditions, *o.Resizing)
 	} else {
-		meta.RemoveStatusCondition(&s.Conditions, storage.ConditionResizing)
+		meta.RemoveStatusCondition(&s.Conditions, api.ConditionStorageResizing)
 	}
 	msg := fmt.Sprintf("%d/%d replicas ready", s.ReadyReplicas, spec.Replicas)
 	switch {
 	case failReason != "":
 		s.SetReady(gen, false, failReason, failMessage)
 	case running > spec.Replicas:
-		s.SetReady(gen, false, ReasonWaitingForReplicas,
+		s.SetReady(gen, false, api.ReasonWaitingForReplicas,
 			fmt.Sprintf("%s; %d members running, waiting for the surplus to stop", msg, running))
 	case o.ViewOK && s.Primary == "" && upToDate && s.ReadyReplicas >= spec.Replicas:
-		s.SetReady(gen, false, roles.ReasonNoPrimary, msg+"; no primary yet")
+		s.SetReady(gen, false, api.ReasonNoPrimary, msg+"; no primary yet")
 	case s.Primary == "" && upToDate && s.ReadyReplicas >= spec.Replicas:
 		// The member pass that names the primary has not run yet (it follows the same pod
 		// events): Ready waits for it, so that it is written once, with the primary.
-		s.SetReady(gen, false, ReasonWaitingForReplicas, msg+"; waiting for the member pass")
+		s.SetReady(gen, false, api.ReasonWaitingForReplicas, msg+"; waiting for the member pass")
 	case upToDate && s.ReadyReplicas >= spec.Replicas:
-		s.SetReady(gen, true, ReasonAllReplicasReady, msg)
+		s.SetReady(gen, true, api.ReasonAllReplicasReady, msg)
 	default:
-		s.SetReady(gen, false, ReasonWaitingForReplicas, msg)
+		s.SetReady(gen, false, api.ReasonWaitingForReplicas, msg)
 	}
 	if failReason == "" {
 		applyHibernation(&s, spec, lastPrimary, gen, running, time.Now())
@@ -181,5 +178,5 @@ func Condition(mc *unstructured.Unstructured, t string) *metav1.Condition {
 
 // IsReady reports whether a status says Ready.
 func IsReady(s Status) bool {
-	return meta.IsStatusConditionTrue(s.Conditions, ConditionReady)
+	return meta.IsStatusConditionTrue(s.Conditions, api.ConditionReady)
 }

@@ -13,7 +13,6 @@ import (
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/dataplane"
 	"example.com/cache-operator/engine/internal/testobj"
-	"example.com/cache-operator/engine/roles"
 )
 
 // Status: Ready only when the StatefulSet runs exactly the wanted members, all ready and updated.
@@ -37,14 +36,14 @@ func TestStatus(t *testing.T) {
 		readyMembers int64
 		reason       string
 	}{
-		{"no StatefulSet yet", nil, false, 0, ReasonWaitingForReplicas},
-		{"starting", sts(3, 1, 3), false, 1, ReasonWaitingForReplicas},
-		{"all ready", sts(3, 3, 3), true, 3, ReasonAllReplicasReady},
-		{"rolling", sts(3, 3, 2), false, 3, ReasonWaitingForReplicas},
-		{"scaling down from 5", sts(5, 5, 5), false, 3, ReasonWaitingForReplicas},
+		{"no StatefulSet yet", nil, false, 0, api.ReasonWaitingForReplicas},
+		{"starting", sts(3, 1, 3), false, 1, api.ReasonWaitingForReplicas},
+		{"all ready", sts(3, 3, 3), true, 3, api.ReasonAllReplicasReady},
+		{"rolling", sts(3, 3, 2), false, 3, api.ReasonWaitingForReplicas},
+		{"scaling down from 5", sts(5, 5, 5), false, 3, api.ReasonWaitingForReplicas},
 	} {
 		s := New(mc, spec, api.DefaultClusterDomain, Observed{StatefulSet: tc.sts, View: dataplane.View{Primary: "sessions-0"}, ViewOK: true})
-		c := meta.FindStatusCondition(s.Conditions, ConditionReady)
+		c := meta.FindStatusCondition(s.Conditions, api.ConditionReady)
 		if (c.Status == metav1.ConditionTrue) != tc.ready || c.Reason != tc.reason || s.ReadyReplicas != tc.readyMembers {
 			t.Errorf("%s: Ready %s/%s (%s), readyReplicas %d; want ready %v, %s, %d", tc.name, c.Status, c.Reason, c.Message,
 				s.ReadyReplicas, tc.ready, tc.reason, tc.readyMembers)
@@ -59,9 +58,9 @@ func TestStatus(t *testing.T) {
 		name   string
 		viewOK bool
 		reason string
-	}{{"the member pass found no primary", true, roles.ReasonNoPrimary}, {"no member pass yet", false, ReasonWaitingForReplicas}} {
+	}{{"the member pass found no primary", true, api.ReasonNoPrimary}, {"no member pass yet", false, api.ReasonWaitingForReplicas}} {
 		s := New(mc, spec, api.DefaultClusterDomain, Observed{StatefulSet: sts(3, 3, 3), View: dataplane.View{}, ViewOK: tc.viewOK})
-		if c := meta.FindStatusCondition(s.Conditions, ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != tc.reason {
+		if c := meta.FindStatusCondition(s.Conditions, api.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != tc.reason {
 			t.Errorf("%s: Ready %s/%s (%s); want False/%s", tc.name, c.Status, c.Reason, c.Message, tc.reason)
 		}
 	}
@@ -85,14 +84,14 @@ func TestStatus(t *testing.T) {
 // condition's status or reason, the generation, a Ready cache's primary) cannot.
 func TestProgress(t *testing.T) {
 	base := Status{ObservedGeneration: 1, ReadyReplicas: 1, Primary: "c-0"}
-	base.SetReady(1, false, ReasonWaitingForReplicas, "1/3 replicas ready")
+	base.SetReady(1, false, api.ReasonWaitingForReplicas, "1/3 replicas ready")
 	moved := base
 	moved.Conditions = append([]metav1.Condition(nil), base.Conditions...)
 	moved.ReadyReplicas = 2
-	moved.SetReady(1, false, ReasonWaitingForReplicas, "2/3 replicas ready")
+	moved.SetReady(1, false, api.ReasonWaitingForReplicas, "2/3 replicas ready")
 	ready := moved
 	ready.Conditions = append([]metav1.Condition(nil), base.Conditions...)
-	ready.SetReady(1, true, ReasonAllReplicasReady, "3/3 replicas ready")
+	ready.SetReady(1, true, api.ReasonAllReplicasReady, "3/3 replicas ready")
 	newGen := base
 	newGen.ObservedGeneration = 2
 	newPrimary := base
@@ -109,7 +108,7 @@ func TestProgress(t *testing.T) {
 	}
 	readyBase := base
 	readyBase.Conditions = append([]metav1.Condition(nil), base.Conditions...)
-	readyBase.SetReady(1, true, ReasonAllReplicasReady, "3/3 replicas ready")
+	readyBase.SetReady(1, true, api.ReasonAllReplicasReady, "3/3 replicas ready")
 	failedOver := readyBase
 	failedOver.Primary = "c-1"
 	if Progress(Changes(readyBase, failedOver), true) {
@@ -138,16 +137,16 @@ func TestLiveSettingsCondition(t *testing.T) {
 		view                  dataplane.View
 		status, reason, inMsg string
 	}{
-		{"applied", dataplane.View{Observed: true, Live: "abc", Members: members("abc", "abc")}, "True", ReasonLiveSettingsApplied, "revision abc"},
+		{"applied", dataplane.View{Observed: true, Live: "abc", Members: members("abc", "abc")}, "True", api.ReasonLiveSettingsApplied, "revision abc"},
 		{"pending", dataplane.View{Observed: true, Live: "abc", LivePending: "c-1: CONFIG SET maxmemory: boom", Members: members("abc", "old")},
-			"False", ReasonLiveSettingsPending, "c-1 not yet at the live settings of revision abc (c-1: CONFIG SET maxmemory: boom)"},
+			"False", api.ReasonLiveSettingsPending, "c-1 not yet at the live settings of revision abc (c-1: CONFIG SET maxmemory: boom)"},
 		{"invalid", dataplane.View{Observed: true, Live: "abc", LiveError: `line 1: "maxmemory" has no value`, Members: members("", "")},
-			"False", ReasonLiveSettingsInvalid, "do not parse"},
+			"False", api.ReasonLiveSettingsInvalid, "do not parse"},
 		{"no ConfigMap yet", dataplane.View{Observed: true, Members: members("", "")}, "", "", ""},
 	} {
 		var s Status
 		applyMemberView(&s, tc.view, true, 1)
-		cond := meta.FindStatusCondition(s.Conditions, ConditionConfigApplied)
+		cond := meta.FindStatusCondition(s.Conditions, api.ConditionConfigApplied)
 		switch {
 		case tc.status == "" && cond != nil:
 			t.Errorf("%s: condition %+v; want none", tc.name, *cond)

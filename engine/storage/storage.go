@@ -35,17 +35,6 @@ import (
 	"example.com/cache-operator/engine/ssa"
 )
 
-// ConditionResizing is present while a cache's volumes are being grown, or when a storage
-// change cannot be made.
-const ConditionResizing = "StorageResizing"
-
-// Reasons of the StorageResizing condition.
-const (
-	ReasonExpandingVolumes    = "ExpandingVolumes"
-	ReasonExpansionNotAllowed = "ExpansionNotAllowed"
-	ReasonChangeImmutable     = "StorageChangeImmutable"
-)
-
 var (
 	pvcResource          = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
 	storageClassResource = schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"}
@@ -144,12 +133,12 @@ func (r *Resizer) Prepare(ctx context.Context, mc, want, live *unstructured.Unst
 	grow := false
 	for i := range wantT {
 		if i >= len(liveT) || wantT[i].name != liveT[i].name || wantT[i].class != liveT[i].class {
-			return r.refuse(mc, current, want, live, ReasonChangeImmutable,
+			return r.refuse(mc, current, want, live, api.ReasonChangeImmutable,
 				"the volume templates' names or StorageClass cannot change for existing members")
 		}
 		switch wantT[i].size.Cmp(liveT[i].size) {
 		case -1:
-			return r.refuse(mc, current, want, live, ReasonChangeImmutable,
+			return r.refuse(mc, current, want, live, api.ReasonChangeImmutable,
 				fmt.Sprintf("volumes cannot shrink from %s to %s", liveT[i].size.String(), wantT[i].size.String()))
 		case 1:
 			grow = true
@@ -163,7 +152,7 @@ func (r *Resizer) Prepare(ctx context.Context, mc, want, live *unstructured.Unst
 		return Outcome{}, err
 	}
 	if !allowed {
-		return r.refuse(mc, current, want, live, ReasonExpansionNotAllowed,
+		return r.refuse(mc, current, want, live, api.ReasonExpansionNotAllowed,
 			fmt.Sprintf("StorageClass %s does not allow volume expansion; the volumes stay at %s", class, liveT[0].size.String()))
 	}
 	claims, err := r.expandClaims(ctx, mc, wantT)
@@ -178,7 +167,7 @@ func (r *Resizer) Prepare(ctx context.Context, mc, want, live *unstructured.Unst
 		metav1.DeleteOptions{PropagationPolicy: &orphan, Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil {
 		return Outcome{}, ssa.Errorf(live, "replacing to grow its volume templates: %w", err)
 	}
-	r.Recorder.Eventf(mc, corev1.EventTypeNormal, "StorageGrowing",
+	r.Recorder.Eventf(mc, corev1.EventTypeNormal, api.EventStorageGrowing,
 		"Expanding the volumes to %s and replacing %s without its pods (they keep running)", wantT[0].size.String(), ssa.ObjectID(live))
 	return Outcome{Replaced: true, Condition: resizingCondition(mc, 0, claims, wantT[0].size)}, nil
 }
@@ -190,7 +179,7 @@ func (r *Resizer) refuse(mc *unstructured.Unstructured, current *metav1.Conditio
 	if cond := current; cond == nil || cond.Reason != reason || cond.Message != message {
 		r.Recorder.Eventf(mc, corev1.EventTypeWarning, reason, "Storage change refused: %s", message)
 	}
-	return Outcome{Condition: &metav1.Condition{Type: ConditionResizing, Status: metav1.ConditionFalse,
+	return Outcome{Condition: &metav1.Condition{Type: api.ConditionStorageResizing, Status: metav1.ConditionFalse,
 		Reason: reason, Message: message, ObservedGeneration: mc.GetGeneration()}}, nil
 }
 
@@ -272,7 +261,7 @@ func templateOf(pvc *unstructured.Unstructured, cache string, templates []claimT
 // It reads the claims only when the cache shows a resize under way.
 func (r *Resizer) progress(ctx context.Context, mc *unstructured.Unstructured, current *metav1.Condition, templates []claimTemplate) (Outcome, error) {
 	cond := current
-	if cond == nil || cond.Reason != ReasonExpandingVolumes {
+	if cond == nil || cond.Reason != api.ReasonExpandingVolumes {
 		return Outcome{}, nil
 	}
 	claims, err := r.claims(ctx, mc)
@@ -292,7 +281,7 @@ func (r *Resizer) progress(ctx context.Context, mc *unstructured.Unstructured, c
 		}
 	}
 	if done == total {
-		r.Recorder.Eventf(mc, corev1.EventTypeNormal, "StorageGrown", "All %d volumes are %s", total, templates[0].size.String())
+		r.Recorder.Eventf(mc, corev1.EventTypeNormal, api.EventStorageGrown, "All %d volumes are %s", total, templates[0].size.String())
 		return Outcome{}, nil
 	}
 	return Outcome{Condition: resizingCondition(mc, done, total, templates[0].size), RequeueAfter: resizePoll}, nil
@@ -302,6 +291,6 @@ func (r *Resizer) progress(ctx context.Context, mc *unstructured.Unstructured, c
 const resizePoll = 2 * time.Second
 
 func resizingCondition(mc *unstructured.Unstructured, done, total int, size resource.Quantity) *metav1.Condition {
-	return &metav1.Condition{Type: ConditionResizing, Status: metav1.ConditionTrue, Reason: ReasonExpandingVolumes,
+	return &metav1.Condition{Type: api.ConditionStorageResizing, Status: metav1.ConditionTrue, Reason: api.ReasonExpandingVolumes,
 		Message: fmt.Sprintf("%d/%d volumes expanded to %s", done, total, size.String()), ObservedGeneration: mc.GetGeneration()}
 }

@@ -1,7 +1,7 @@
 // Package support is the support matrix: the engine and version pairs a ManagedCache may ask for,
 // their image repositories, and which changes between them the data survives. It is written here
-// once; the CRD's validation rule, the admission webhook, the restore's check and the README's
-// table come from it (tests compare the CRD and the README with what this package generates).
+// once; the CRD's validation rule, the admission webhook, the restore's check and the API
+// page's table come from it (tests compare the CRD and docs/api.md with what this package generates).
 package support
 
 import (
@@ -143,7 +143,7 @@ func CELMessage() string {
 	return "unsupported engine and version; supported: " + Summary()
 }
 
-// MarkdownTable is the README's table of the matrix.
+// MarkdownTable is the API page's table of the matrix (docs/api.md; the docs' test compares them).
 func MarkdownTable() string {
 	var b strings.Builder
 	b.WriteString("| engine | version | image | snapshot format (RDB) |\n|---|---|---|---|\n")

@@ -104,20 +104,3 @@ func TestCRDIsTheMatrix(t *testing.T) {
 		t.Errorf("found %d of the CRD's two versions", seen)
 	}
 }
-
-// The README's table, between its markers, is MarkdownTable.
-func TestREADMETable(t *testing.T) {
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const begin, end = "<!-- support-matrix -->\n", "<!-- /support-matrix -->"
-	s := string(data)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatalf("README.md has no %q ... %q section", begin, end)
-	}
-	if got := s[i+len(begin) : j]; got != MarkdownTable() {
-		t.Errorf("README's support matrix is\n%s\nwant\n%s", got, MarkdownTable())
-	}
-}
