@@ -100,7 +100,7 @@ REDISCLI_AUTH="$(cat {{ include "internal.dir" . }}/{{ .Keys.Internal }})" {{ in
 {{- end }}
 
 {{- define "probe.started" -}}
-{{ include "probe.cli" . }} ping | grep -q PONG
+{{ include "probe.ready.fn" . }}; end=$(( $(date +%s) + 55 )); until {{ include "probe.cli" . }} ping 2>/dev/null | grep -q PONG && ready; do [ "$(date +%s)" -lt "$end" ] || exit 1; sleep 0.5; done
 {{- end }}
 
 {{- define "probe.alive" -}}
@@ -121,8 +121,14 @@ its replicas go first, and the primary shuts down, its AOF written, as soon as t
 end=$(( $(date +%s) + {{ sub (include "grace" . | atoi) 5 }} )); while [ "$(date +%s)" -lt "$end" ]; do info=$({{ include "probe.cli" . }} info replication 2>/dev/null) || exit 0; case "$info" in *role:master*) ;; *) exit 0 ;; esac; case "$info" in *connected_slaves:0*) exit 0 ;; esac; sleep 0.2; done
 {{- end }}
 
+{{/* probe.ready.fn defines ready: a primary that answers; a replica whose link to the primary is
+up with no sync in progress. */}}
+{{- define "probe.ready.fn" -}}
+ready() { info=$({{ include "probe.cli" . }} info replication 2>/dev/null) || return 1; case "$info" in *role:master*) return 0 ;; esac; echo "$info" | grep -q '^master_link_status:up' && echo "$info" | grep -q '^master_sync_in_progress:0'; }
+{{- end }}
+
 {{- define "probe.ready" -}}
-info=$({{ include "probe.cli" . }} info replication) || exit 1; case "$info" in *role:master*) exit 0 ;; esac; echo "$info" | grep -q '^master_link_status:up' && echo "$info" | grep -q '^master_sync_in_progress:0'
+{{ include "probe.ready.fn" . }}; ready
 {{- end }}
 
 {{/* store.env: the environment of the backup and restore commands, each key of the store's

@@ -55,8 +55,12 @@ func TestCacheOnRealNodes(t *testing.T) {
 		"size": int64(3), "version": "7.2", "storageGi": int64(1), "evictionPolicy": "allkeys-lru",
 	})
 	start := time.Now()
-	waitReady(t, c, ns, "sessions", 3, 3*time.Minute)
+	mc := waitReady(t, c, ns, "sessions", 3, 3*time.Minute)
 	t.Logf("size-3 cache Ready on real nodes %s after creation", time.Since(start).Round(100*time.Millisecond))
+	// A healthy start is a quiet one: checked once the test's other steps have given every Event
+	// of the start time to arrive, and before the link break below (which does warn).
+	readyAt := conditionOf(mc, "Ready").LastTransitionTime.Time
+	t.Cleanup(func() { assertNoWarnings(t, c, ns, readyAt) })
 
 	pods := make([]*corev1.Pod, 3)
 	pids := map[string]bool{}
@@ -189,4 +193,32 @@ func TestStaleReplicaIsNotReady(t *testing.T) {
 		return framework.PodReady(p), fmt.Sprintf("pod Ready %v", framework.PodReady(p)), nil
 	})
 	waitReady(t, c, ns, "s", 3, time.Minute)
+}
+
+// assertNoWarnings fails the test when a Warning Event in ns (which holds one cache: the Events
+// name the cache or its children) happened no later than until (second resolution, as Events).
+func assertNoWarnings(t *testing.T, c *framework.Cluster, ns string, until time.Time) {
+	t.Helper()
+	events, err := c.Kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("listing the Events of %s: %v", ns, err)
+		return
+	}
+	seen, before := 0, 0
+	for _, e := range events.Items {
+		when := e.FirstTimestamp.Time
+		if when.IsZero() {
+			when = e.EventTime.Time
+		}
+		if when.After(until.Truncate(time.Second)) {
+			continue
+		}
+		before++
+		if e.Type != corev1.EventTypeWarning {
+			continue
+		}
+		seen++
+		t.Errorf("Warning Event before Ready: %s %s/%s %s (x%d): %.300s", when.Format(time.RFC3339), e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, max(e.Count, 1), e.Message)
+	}
+	t.Logf("%d Warning Events of %d Events in %s until Ready at %s (%d Events so far)", seen, before, ns, until.Format(time.RFC3339), len(events.Items))
 }

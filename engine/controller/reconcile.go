@@ -147,6 +147,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 			if prepErr == nil {
 				prepErr = c.prepareUpdateStrategy(ctx, want)
 			}
+			if prepErr == nil {
+				prepErr = c.createClaims(ctx, mc, want)
+			}
 		}
 		live, outcome, err := c.syncUnlessFailed(ctx, mc, want, prepErr, &done)
 		metrics.ChildCompared(want.GetKind(), string(outcome))

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -33,6 +34,22 @@ func (c *Controller) prepareStorage(ctx context.Context, mc, want *unstructured.
 		c.queue.AddAfter(mc.GetNamespace()+"/"+mc.GetName(), out.RequeueAfter)
 	}
 	return out, err
+}
+
+// createClaims makes the claims the StatefulSet want will use that do not exist yet, owned by the
+// cache (storage.ClaimsToCreate says why); none when they all exist (an informer lookup).
+func (c *Controller) createClaims(ctx context.Context, mc, want *unstructured.Unstructured) error {
+	todo := storage.ClaimsToCreate(mc, want, c.informers.CacheClaims(mc.GetNamespace(), mc.GetName()))
+	r := storage.Resizer{Client: c.client, Recorder: c.recorder}
+	var errs error
+	for _, claim := range todo {
+		if err := r.CreateClaim(ctx, claim); err != nil {
+			errs = errors.Join(errs, err)
+			continue
+		}
+		klog.FromContext(ctx).V(2).Info("Volume claim created before its pod", "claim", claim.GetName())
+	}
+	return errs
 }
 
 // prepareUpdateStrategy changes the type of a live StatefulSet's update strategy when want has

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -73,6 +74,69 @@ func (r *Resizer) OwnClaim(ctx context.Context, mc *unstructured.Unstructured, c
 		metav1.PatchOptions{FieldManager: api.FieldManager})
 	if err != nil {
 		return fmt.Errorf("PersistentVolumeClaim/%s/%s: adding the ManagedCache's owner reference: %w", claim.Namespace, claim.Name, err)
+	}
+	return nil
+}
+
+// ClaimsToCreate returns the claims that the StatefulSet sts (as the operator wants it) will use
+// and that do not exist yet (claims: the cache's, from the claim informer), made from its volume
+// claim templates as the StatefulSet controller would make them (name <template>-<set>-<ordinal>,
+// the template's labels and the set's selector labels), and owned by the cache from their first
+// moment.
+//
+// The operator makes them before the StatefulSet asks for its pods: the StatefulSet controller
+// uses a claim that exists as it is. Left to the StatefulSet controller, the claim is created just
+// before its pod, and the scheduler, whose informer may not have the claim yet, reports the pod
+// FailedScheduling (a Warning Event on a healthy new cache); the owner reference added later is
+// then a write that races the StatefulSet controller's own updates of the claim.
+func ClaimsToCreate(mc, sts *unstructured.Unstructured, claims []*informers.Claim) []*unstructured.Unstructured {
+	replicas, _, _ := unstructured.NestedInt64(sts.Object, "spec", "replicas")
+	templates, _, _ := unstructured.NestedSlice(sts.Object, "spec", "volumeClaimTemplates")
+	selector, _, _ := unstructured.NestedStringMap(sts.Object, "spec", "selector", "matchLabels")
+	have := make(map[string]bool, len(claims))
+	for _, c := range claims {
+		have[c.Name] = true
+	}
+	var out []*unstructured.Unstructured
+	for _, t := range templates {
+		tm, ok := t.(map[string]interface{})
+		if !ok {
+			continue
+		}
+		tmpl := &unstructured.Unstructured{Object: tm}
+		for i := int64(0); i < replicas; i++ {
+			name := fmt.Sprintf("%s-%s-%d", tmpl.GetName(), sts.GetName(), i)
+			if have[name] {
+				continue
+			}
+			claim := &unstructured.Unstructured{Object: map[string]interface{}{}}
+			spec, _, _ := unstructured.NestedMap(tm, "spec")
+			claim.Object["spec"] = spec
+			claim.SetAPIVersion("v1")
+			claim.SetKind("PersistentVolumeClaim")
+			claim.SetName(name)
+			claim.SetNamespace(sts.GetNamespace())
+			labels := tmpl.GetLabels()
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			for k, v := range selector {
+				labels[k] = v
+			}
+			claim.SetLabels(labels)
+			claim.SetOwnerReferences([]metav1.OwnerReference{ClaimOwnerReference(mc)})
+			out = append(out, claim)
+		}
+	}
+	return out
+}
+
+// CreateClaim creates a claim from ClaimsToCreate. One that exists already (made meanwhile by the
+// StatefulSet controller, or by this operator before its informer saw it) is no error.
+func (r *Resizer) CreateClaim(ctx context.Context, claim *unstructured.Unstructured) error {
+	_, err := r.Client.Resource(pvcResource).Namespace(claim.GetNamespace()).Create(ctx, claim, metav1.CreateOptions{FieldManager: api.FieldManager})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("PersistentVolumeClaim/%s/%s: creating it before its pod: %w", claim.GetNamespace(), claim.GetName(), err)
 	}
 	return nil
 }

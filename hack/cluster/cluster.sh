@@ -323,7 +323,13 @@ up() {
 	ln -sfn "$KWOK_WORKDIR/clusters/$name/logs/audit.log" "$state/audit.log"
 	wait_for 60 "the API server" "${kubectl[@]}" get --raw /readyz
 
-	"${kubectl[@]}" apply -f "$here/nodes.yaml" -f "$here/storageclass.yaml" >/dev/null
+	"${kubectl[@]}" apply -f "$here/nodes.yaml" >/dev/null
+	if ! "${kubectl[@]}" apply -f "$here/storageclass.yaml" >/dev/null 2>&1; then
+		# A class's provisioner and binding mode cannot change: a cluster made by an older
+		# version of this script has its classes replaced (claims that exist keep their volumes).
+		echo "cluster: replacing the storage classes (their binding mode changed)"
+		"${kubectl[@]}" replace --force -f "$here/storageclass.yaml" >/dev/null
+	fi
 	start_bg provisioner "$bin/local-provisioner" --kubeconfig "$kubeconfig" --root "$state/volumes"
 
 	if [[ ${REAL_NODES:-1} == 1 ]]; then
