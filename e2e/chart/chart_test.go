@@ -29,7 +29,7 @@ import (
 	"example.com/cache-operator/e2e/framework"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/chart")
+var update = flag.Bool("update", false, "rewrite the golden files in e2e/chart/testdata")
 
 const opNS = "cache-operator-system"
 
@@ -117,9 +117,9 @@ func TestChartLint(t *testing.T) {
 }
 
 // TestChartTemplates compares helm template's output for the default values and for a values
-// file that sets every value with testdata/chart/*.golden.yaml (go test ./e2e/chart -update).
+// file that sets every value with e2e/chart/testdata/*.golden.yaml (go test ./e2e/chart -update).
 func TestChartTemplates(t *testing.T) {
-	dir := filepath.Join(framework.RepoRoot(), "testdata", "chart")
+	dir := filepath.Join(framework.RepoRoot(), "e2e", "chart", "testdata")
 	for _, tc := range []struct{ name, values string }{{"default", ""}, {"every-value", "every-value.values.yaml"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var args []string

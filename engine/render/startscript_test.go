@@ -17,8 +17,8 @@ import (
 // was given: who starts as the primary and who as a replica, with the AOF off or on, for each
 // state of the volume and of the restore.
 func TestRestoreStartScript(t *testing.T) {
-	mc := readCache(t, "../../testdata/render/v2-restore.input.yaml")
-	script := memberScript(t, "../../testdata/render/v2-restore.input.yaml", nil)
+	mc := readCache(t, "testdata/v2-restore.input.yaml")
+	script := memberScript(t, "testdata/v2-restore.input.yaml", nil)
 	if !strings.Contains(script, "conf=/tmp/redis.conf") || !strings.Contains(script, "/data/dump.rdb") {
 		t.Fatalf("the start script no longer has the paths this test moves:\n%s", script)
 	}
@@ -108,7 +108,7 @@ func memberScript(t *testing.T, input string, annotations map[string]string) str
 // across a format change) does not start and keeps the data, unless the cache allows the loss:
 // then the data is discarded and the member starts empty. Data it reads starts as always.
 func TestStartScriptDataFormat(t *testing.T) {
-	script := memberScript(t, "../../testdata/render/size-5-noeviction.input.yaml", nil) // redis 7.0: reads up to 10
+	script := memberScript(t, "testdata/size-5-noeviction.input.yaml", nil) // redis 7.0: reads up to 10
 	if !strings.Contains(script, "-gt 10 ]") {
 		t.Fatalf("the start script of a redis 7.0 cache does not compare with format 10:\n%s", script)
 	}

@@ -245,7 +245,7 @@ data: {password: cA==, old: cA==}
 // BenchmarkRenderChildren as a ratio from one run
 // (`go test ./engine/... -run xxx -bench . -count 5`).
 func BenchmarkDriftUnchanged(b *testing.B) {
-	raw, err := os.ReadFile("../../testdata/render/size-3-allkeys-lru.golden.yaml")
+	raw, err := os.ReadFile("../render/testdata/size-3-allkeys-lru.golden.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
