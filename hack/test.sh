@@ -78,6 +78,13 @@ if [[ $e2e != 0 ]]; then
 			}' .test/e2e.log
 	fi
 fi
+# The wall time of each end-to-end test package, slowest first: where make test's time goes.
+if [[ -f .test/e2e.log ]] && grep -qE $'^(ok  |FAIL)\t[^ \t]+\t[0-9.]+s' .test/e2e.log; then
+	echo "test: end-to-end test packages by wall time:"
+	awk -F'\t' '/^(ok  |FAIL)\t[^ \t]+\t[0-9.]+s/ { t = $3; sub(/s.*$/, "", t); printf "%s\t%s\t%s\n", t, $2, ($1 ~ /^ok/ ? "ok" : "FAIL") }' .test/e2e.log |
+		sort -t$'\t' -k1,1 -rn |
+		awk -F'\t' '{ printf "  %7.0f s  %-4s %s\n", $1, $3, $2; total += $1 } END { printf "  %7.0f s  in all (%d packages)\n", total, NR }'
+fi
 if [[ -n $built ]]; then
 	echo "test: the build took $((built - start))s, the end-to-end tests $((ended - built))s"
 fi

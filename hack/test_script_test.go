@@ -72,6 +72,9 @@ func TestTestScriptFailsWhenEitherHalfFails(t *testing.T) {
 		// The end of the output says why each failed test failed.
 		{"e2e fails and says why", "true", `printf '=== RUN   TestA\n    a_test.go:7: the reason\n--- FAIL: TestA (1.00s)\n=== RUN   TestB\n    b_test.go:1: fine\n--- PASS: TestB (0.10s)\n'; exit 1`,
 			false, []string{"TestA failed; its last lines:\n      a_test.go:7: the reason", "build and end-to-end FAILED"}},
+		// The end of the output gives each end-to-end package's wall time, slowest first.
+		{"package times", "true", `printf 'ok  \tpkg/fast\t7.032s\nFAIL\tpkg/slow\t199.608s\nok  \tpkg/mid\t61.5s\n'`, true,
+			[]string{"packages by wall time:\n      200 s  FAIL pkg/slow\n       62 s  ok   pkg/mid\n        7 s  ok   pkg/fast\n      268 s  in all (3 packages)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd, out := runTestScript(t, tc.unit, "true", tc.e2e)
