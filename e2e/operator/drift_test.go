@@ -38,7 +38,7 @@ func TestRenderedChildrenDoNotDriftFromTheAPIServersCopy(t *testing.T) {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.Kube.Discovery()))
 	applier := ssa.NewApplier(c.Dynamic, mapper, api.FieldManager)
 	differ := ssa.NewDiffer()
-	inputs, _ := filepath.Glob(filepath.Join(c.Root, "testdata", "render", "*.input.yaml"))
+	inputs, _ := filepath.Glob(filepath.Join(c.Root, "engine", "render", "testdata", "*.input.yaml"))
 	if len(inputs) < 5 {
 		t.Fatalf("found %d golden inputs", len(inputs))
 	}
