@@ -220,7 +220,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		work(ctx)
 		return nil
 	}
-	return runElected(ctx, cfg, kube, work, hooks, fenced)
+	if err := ownLease(ctx, kube, cfg.Namespace, cfg.Webhook.Endpoint.OwnerClusterRole); err != nil {
+		klog.ErrorS(err, "Could not make the operator's ClusterRole the leader Lease's owner; uninstalling the operator will leave the Lease")
+	}
+	// The elector has a client of its own, whose transport tells the fence when each renewal
+	// that succeeded was sent.
+	ec := rest.CopyConfig(rc)
+	ec.Wrap(fenced.leaseTransport)
+	electKube, err := kubernetes.NewForConfig(ec)
+	if err != nil {
+		return err
+	}
+	return runElected(ctx, cfg, electKube, work, hooks, fenced)
 }
 
 // ownLease makes the ClusterRole named owner ("": none) the owner of the leader Lease, creating
@@ -254,9 +265,6 @@ func ownLease(ctx context.Context, kube kubernetes.Interface, ns, owner string) 
 
 // runElected reconciles while this replica holds the lease.
 func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, work func(context.Context), hooks *webhook.Server, fenced *fence) error {
-	if err := ownLease(ctx, kube, cfg.Namespace, cfg.Webhook.Endpoint.OwnerClusterRole); err != nil {
-		klog.ErrorS(err, "Could not make the operator's ClusterRole the leader Lease's owner; uninstalling the operator will leave the Lease")
-	}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: LeaseName},
 		Client:     kube.CoordinationV1(),
