@@ -67,14 +67,21 @@ if [[ $e2e != 0 ]]; then
 	# that a failed test dumps), so that the end of the output, often all a CI page keeps, says
 	# why.
 	if [[ -f .test/e2e.log ]]; then
+		# go test -v marks whose lines follow with "=== RUN", "=== CONT" and "=== NAME" (tests that run
+		# side by side interleave); a line of a helper names its own file, not a _test.go one.
 		awk '
-			/^=== (RUN|CONT) / { cur = $3; next }
-			/^ +[^ ]+_test\.go:[0-9]+: member [^ ]+: (role label|kubectl)/ { next }
-			/^ +[^ ]+_test\.go:[0-9]+: / && cur != "" { n[cur]++; said[cur, n[cur]] = substr($0, 1, 400); next }
+			/^=== (RUN|CONT|NAME|PAUSE) / { cur = $3; next }
+			/^ +[^ ]+\.go:[0-9]+: member [^ ]+: (role label|kubectl)/ { next }
+			/^ +[^ ]+\.go:[0-9]+: / && cur != "" { n[cur]++; said[cur, n[cur]] = substr($0, 1, 400); next }
+			/^panic: / { panicked = 1 }
+			panicked && np < 40 { panics[++np] = substr($0, 1, 400) }
 			/^ *--- FAIL: / {
 				name = $3; print "test: " name " failed; its last lines:"
 				from = n[name] > 12 ? n[name] - 11 : 1
 				for (i = from; i <= n[name]; i++) print "  " said[name, i]
+			}
+			END {
+				if (np > 0) { print "test: a test panicked:"; for (i = 1; i <= np; i++) print "  " panics[i] }
 			}' .test/e2e.log
 	fi
 fi

@@ -72,6 +72,13 @@ func TestTestScriptFailsWhenEitherHalfFails(t *testing.T) {
 		// The end of the output says why each failed test failed.
 		{"e2e fails and says why", "true", `printf '=== RUN   TestA\n    a_test.go:7: the reason\n--- FAIL: TestA (1.00s)\n=== RUN   TestB\n    b_test.go:1: fine\n--- PASS: TestB (0.10s)\n'; exit 1`,
 			false, []string{"TestA failed; its last lines:\n      a_test.go:7: the reason", "build and end-to-end FAILED"}},
+		// Tests run side by side: each line goes to the test its "=== NAME" header names, and a
+		// helper's line (not in a _test.go file) counts too.
+		{"parallel tests", "true", `printf '=== RUN   TestA\n=== PAUSE TestA\n=== RUN   TestB\n=== PAUSE TestB\n=== CONT  TestA\n=== CONT  TestB\n    b_test.go:3: b is fine\n=== NAME  TestA\n    helpers.go:9: a helper says why\n=== NAME  TestB\n    b_test.go:4: b is still fine\n--- PASS: TestB (0.10s)\n=== NAME  TestA\n    a_test.go:8: a failed\n--- FAIL: TestA (1.00s)\n'; exit 1`,
+			false, []string{"TestA failed; its last lines:\n      helpers.go:9: a helper says why\n      a_test.go:8: a failed\ntest: "}},
+		// A panic ends the test binary without a "--- FAIL" line; the summary prints it.
+		{"panic", "true", `printf '=== RUN   TestP\npanic: runtime error: index out of range\n\ngoroutine 7 [running]:\nexample.com/x.TestP(0xc000)\n'; exit 1`,
+			false, []string{"a test panicked:\n  panic: runtime error: index out of range", "example.com/x.TestP"}},
 		// The end of the output gives each end-to-end package's wall time, slowest first.
 		{"package times", "true", `printf 'ok  \tpkg/fast\t7.032s\nFAIL\tpkg/slow\t199.608s\nok  \tpkg/mid\t61.5s\n'`, true,
 			[]string{"packages by wall time:\n      200 s  FAIL pkg/slow\n       62 s  ok   pkg/mid\n        7 s  ok   pkg/fast\n      268 s  in all (3 packages)"}},
