@@ -21,6 +21,7 @@ import (
 	"example.com/cache-operator/e2e/framework"
 	"example.com/cache-operator/engine/app"
 	"example.com/cache-operator/engine/controller"
+	"example.com/cache-operator/engine/dataplane"
 	"example.com/cache-operator/engine/render"
 	"example.com/cache-operator/engine/webhook"
 	"example.com/cache-operator/templates"
@@ -198,7 +199,7 @@ func startInProcess(t *testing.T, c *framework.Cluster, ctx context.Context, can
 		done <- app.Run(ctx, app.Config{
 			RESTConfig: rc, OnStarted: func(c *controller.Controller) { started <- c },
 			Templates: templates.FS, QPS: 200, Burst: 400, Namespace: "cache-operator-system", Identity: "inprocess",
-			Controller: controller.Options{Render: render.DefaultConfig(), Workers: 2, MemberNetworks: framework.MemberIPNets()},
+			Controller: controller.Options{Render: render.DefaultConfig()}, Workers: 2, Members: dataplane.Options{MemberNetworks: framework.MemberIPNets()},
 			Webhook: webhook.Options{Port: 9444, Endpoint: webhook.Endpoint{URL: "https://127.0.0.1:9444"}, Namespace: "cache-operator-system",
 				SecretName: "cache-operator-webhook-tls", CertLifetime: 365 * 24 * time.Hour},
 		})

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"strings"
 	"net/http/pprof"
 	"os"
 	"sync"
@@ -42,6 +43,9 @@ import (
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/backups"
 	"example.com/cache-operator/engine/controller"
+	"example.com/cache-operator/engine/dataplane"
+	"example.com/cache-operator/engine/informers"
+	"example.com/cache-operator/engine/internal/workloop"
 	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/render"
 	"example.com/cache-operator/engine/webhook"
@@ -60,8 +64,19 @@ type Config struct {
 	OnStarted func(*controller.Controller)
 	// Templates are the children's templates.
 	Templates fs.FS
-	// Controller tunes the controller.
+	// Controller tunes the reconciles; Members the member passes (package app sets their lease
+	// fence, connection name and grace).
 	Controller controller.Options
+	Members    dataplane.Options
+	// Workers is the number of caches reconciled at once (default 1).
+	Workers int
+	// ShutdownGrace is how long the reconciles, member passes and backups in flight may run on
+	// after shutdown starts before they are cancelled (default 10s): well inside the pod's
+	// termination grace period, so that the lease is released before the kubelet kills the
+	// process.
+	ShutdownGrace time.Duration
+	// Resync is how often every cache is re-checked even without events (0: never).
+	Resync time.Duration
 	// QPS and Burst are the client-side rate limit.
 	QPS   float32
 	Burst int
@@ -111,7 +126,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	ctrlDyn, ctrlKube := dyn, kube
 	if cfg.LeaderElect {
 		// The same fence guards the Redis commands that change members (package member).
-		cfg.Controller.MayWrite = fenced.mayWrite
+		cfg.Members.MayWrite = fenced.mayWrite
 		fc := rest.CopyConfig(rc)
 		fc.Wrap(fenced.wrap)
 		if ctrlDyn, err = dynamic.NewForConfig(fc); err != nil {
@@ -131,22 +146,40 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	pc := rest.CopyConfig(rc)
 	pc.ContentType = runtime.ContentTypeProtobuf
 	pc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	if cfg.Controller.Kube, err = kubernetes.NewForConfig(pc); err != nil {
+	protoKube, err := kubernetes.NewForConfig(pc)
+	if err != nil {
 		return err
 	}
-	cfg.Controller.Identity = cfg.Identity
 	if cfg.Controller.Namespace == "" {
 		cfg.Controller.Namespace = cfg.Namespace
 	}
-	ctrl, err := controller.New(ctrlDyn, mapper, renderer, recorder, cfg.Controller)
-	if err != nil {
-		return fmt.Errorf("building controller: %w", err)
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = 10 * time.Second
 	}
-	bk, err := backups.New(ctrlDyn, ctrlKube, renderer, recorder, ctrl, backups.Options{Render: cfg.Controller.Render})
+	// The three work loops and what they share are built here, each once, in the order of their
+	// dependencies: the informers, the reconciles' loop (which the member passes and the backups
+	// add caches to), the member passes, the backups, then the controller that reads them.
+	set, err := informers.New(ctrlDyn, mapper, renderer, informers.Options{Resync: cfg.Resync, Kube: protoKube})
+	if err != nil {
+		return fmt.Errorf("informers: %w", err)
+	}
+	reconciles := workloop.New(workloop.Options{Name: "managedcache", Workers: cfg.Workers, Grace: cfg.ShutdownGrace})
+	cfg.Members.ClientName = strings.ReplaceAll(api.FieldManager+"/"+cfg.Identity, " ", "_")
+	cfg.Members.ShutdownGrace = cfg.ShutdownGrace
+	members, err := dataplane.New(ctrlDyn, set, recorder, reconciles, cfg.Members)
+	if err != nil {
+		return fmt.Errorf("building the member passes: %w", err)
+	}
+	bk, err := backups.New(backups.Deps{Client: ctrlDyn, Kube: ctrlKube, Renderer: renderer, Recorder: recorder, Caches: set, Reconciles: reconciles},
+		backups.Options{Render: cfg.Controller.Render, ShutdownGrace: cfg.ShutdownGrace})
 	if err != nil {
 		return fmt.Errorf("building the backups controller: %w", err)
 	}
-	ctrl.SetBackups(bk)
+	ctrl, err := controller.New(controller.Deps{Client: ctrlDyn, Mapper: mapper, Renderer: renderer, Recorder: recorder,
+		Informers: set, Queue: reconciles, Members: members, Backups: bk}, cfg.Controller)
+	if err != nil {
+		return fmt.Errorf("building controller: %w", err)
+	}
 	hooks, err := webhook.New(kube, dyn, cfg.Webhook)
 	if err != nil {
 		return fmt.Errorf("webhooks: %w", err)
@@ -209,10 +242,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		cfg.OnStarted(ctrl)
 	}
 
+	// The three loops run side by side and stop together; each gives its work in flight the
+	// shutdown grace.
 	work := func(ctx context.Context) {
 		var wg sync.WaitGroup
-		wg.Add(1)
+		wg.Add(2)
 		go func() { defer wg.Done(); bk.RunWorkers(ctx) }()
+		go func() { defer wg.Done(); members.Run(ctx) }()
 		ctrl.RunWorkers(ctx)
 		wg.Wait()
 	}

@@ -23,23 +23,26 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 
 	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/informers"
+	"example.com/cache-operator/engine/internal/workloop"
 	"example.com/cache-operator/engine/objectstore"
 	"example.com/cache-operator/engine/render"
 )
 
-// Caches is what this controller reads of the cache controller: the caches' informer and a way
-// to have a cache's status written again.
-type Caches interface {
-	// Cache returns the cache namespace/name from the informer cache.
-	Cache(key string) (*unstructured.Unstructured, bool, error)
-	// CacheInformer is the caches' informer.
-	CacheInformer() cache.SharedIndexInformer
-	// Enqueue has the cache controller reconcile the cache (its status reads Status).
-	Enqueue(key string)
+// Deps are what the backups are built on (package app builds them).
+type Deps struct {
+	Client   dynamic.Interface
+	Kube     kubernetes.Interface
+	Renderer *render.Renderer
+	Recorder record.EventRecorder
+	// Caches are the caches' informers (package informers): the backups read the caches there.
+	Caches *informers.Set
+	// Reconciles is the cache controller's work loop: a cache whose backups changed is added to
+	// it, so that its status (which reads Status) is written again. A cache it forgets is
+	// forgotten here too.
+	Reconciles *workloop.Loop
 }
 
 // Options tune the controller.
@@ -52,6 +55,9 @@ type Options struct {
 	StoreCheck time.Duration
 	// Now is the clock (tests).
 	Now func() time.Time
+	// ShutdownGrace is how long a cache's backups pass in flight may run on after shutdown
+	// begins (default 10s).
+	ShutdownGrace time.Duration
 }
 
 // Controller runs the backups.
@@ -61,13 +67,15 @@ type Controller struct {
 	kube     kubernetes.Interface
 	renderer *render.Renderer
 	recorder record.EventRecorder
-	caches   Caches
+	caches   *informers.Set
+	// reconciles is the cache controller's work loop (Deps.Reconciles).
+	reconciles *workloop.Loop
 
 	factory     dynamicinformer.DynamicSharedInformerFactory
 	jobsFactory dynamicinformer.DynamicSharedInformerFactory
 	backups     cache.SharedIndexInformer
 	jobs        cache.SharedIndexInformer
-	queue       workqueue.TypedRateLimitingInterface[string]
+	queue       *workloop.Loop
 
 	mu     sync.Mutex
 	state  map[string]*cacheState
@@ -91,7 +99,7 @@ type cacheState struct {
 const byCache = "cache"
 
 // New builds the controller on the cache controller's informers.
-func New(client dynamic.Interface, kube kubernetes.Interface, renderer *render.Renderer, recorder record.EventRecorder, caches Caches, opts Options) (*Controller, error) {
+func New(d Deps, opts Options) (*Controller, error) {
 	if opts.Workers < 1 {
 		opts.Workers = 2
 	}
@@ -101,13 +109,16 @@ func New(client dynamic.Interface, kube kubernetes.Interface, renderer *render.R
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.ShutdownGrace <= 0 {
+		opts.ShutdownGrace = 10 * time.Second
+	}
+	client := d.Client
 	if opts.Render.ClusterDomain == "" {
 		opts.Render.ClusterDomain = api.DefaultClusterDomain
 	}
 	c := &Controller{
-		opts: opts, client: client, kube: kube, renderer: renderer, recorder: recorder, caches: caches,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "managedcachebackup"}),
+		opts: opts, client: client, kube: d.Kube, renderer: d.Renderer, recorder: d.Recorder, caches: d.Caches, reconciles: d.Reconciles,
+		queue: workloop.New(workloop.Options{Name: "managedcachebackup", Workers: opts.Workers, Grace: opts.ShutdownGrace}),
 		state: map[string]*cacheState{}, stores: map[string]objectstore.Store{},
 	}
 	c.factory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(client, 10*time.Hour, metav1.NamespaceAll,
@@ -135,7 +146,7 @@ func New(client dynamic.Interface, kube kubernetes.Interface, renderer *render.R
 			if key, ok := cacheKeyOf(obj); ok {
 				c.queue.Add(key)
 				if backups {
-					c.caches.Enqueue(key)
+					c.reconciles.Add(key)
 				}
 			}
 		}
@@ -147,7 +158,7 @@ func New(client dynamic.Interface, kube kubernetes.Interface, renderer *render.R
 			return nil, err
 		}
 	}
-	if _, err := caches.CacheInformer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := d.Caches.Caches.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueCache,
 		UpdateFunc: func(_, cur interface{}) { c.enqueueCache(cur) },
 		DeleteFunc: c.enqueueCache,
@@ -155,6 +166,7 @@ func New(client dynamic.Interface, kube kubernetes.Interface, renderer *render.R
 		return nil, err
 	}
 	c.jobsFactory = jobs
+	d.Reconciles.OnForget(c.forget)
 	return c, nil
 }
 
@@ -198,43 +210,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	return nil
 }
 
-// RunWorkers reconciles until ctx ends.
+// RunWorkers reconciles until ctx ends; a pass in flight then gets Options.ShutdownGrace.
 func (c *Controller) RunWorkers(ctx context.Context) {
-	defer utilruntime.HandleCrash()
-	var wg sync.WaitGroup
-	for i := 0; i < c.opts.Workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c.next(ctx) {
-			}
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-}
-
-func (c *Controller) next(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
-	if ctx.Err() != nil {
-		return false
-	}
-	after, err := c.sync(ctx, key)
-	if err != nil {
-		klog.ErrorS(err, "Backups of a cache failed; retrying with backoff", "managedcache", key, "retries", c.queue.NumRequeues(key))
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	if after > 0 {
-		c.queue.AddAfter(key, after)
-	}
-	return true
+	c.queue.Run(ctx, c.sync)
 }
 
 // backupsOf returns copies of the cache's backups, oldest first.
@@ -267,8 +245,10 @@ func (c *Controller) stateLocked(key string) *cacheState {
 	return s
 }
 
+// forget drops what the controller remembers of a deleted cache, and its backoff.
 func (c *Controller) forget(key string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	delete(c.state, key)
+	c.mu.Unlock()
+	c.queue.Forget(key)
 }

@@ -106,7 +106,7 @@ func (c *Controller) setNext(st *cacheState, key string, next time.Time) {
 	st.next = next
 	c.mu.Unlock()
 	if changed {
-		c.caches.Enqueue(key)
+		c.reconciles.Add(key)
 	}
 }
 

@@ -109,7 +109,7 @@ func (c *Controller) patchStore(ctx context.Context, sec *corev1.Secret, finaliz
 // no cache other than except deletes its backups through any more.
 func (c *Controller) releaseStores(ctx context.Context, namespace, except string) error {
 	needed := map[string]bool{}
-	for _, obj := range c.caches.CacheInformer().GetIndexer().List() {
+	for _, obj := range c.caches.Caches.GetIndexer().List() {
 		key, _ := cache.MetaNamespaceKeyFunc(obj)
 		if !strings.HasPrefix(key, namespace+"/") || key == namespace+"/"+except {
 			continue

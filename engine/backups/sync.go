@@ -181,7 +181,7 @@ func (c *Controller) setCondition(mc *unstructured.Unstructured, reason, msg str
 	if !ok {
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, reason, "Backups: %s", msg)
 	}
-	c.caches.Enqueue(key)
+	c.reconciles.Add(key)
 }
 
 // start takes a pending backup: it chooses the member, renders the Job and creates it.
@@ -309,7 +309,7 @@ func (c *Controller) watch(ctx context.Context, mc *unstructured.Unstructured, b
 		c.markExported(mc.GetNamespace()+"/"+mc.GetName(), start)
 		c.recorder.Eventf(b, corev1.EventTypeNormal, api.EventBackupCompleted, "%s: %s", st.Location, st.Message)
 		c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventBackupCompleted, "Backup %s completed: %s", b.GetName(), st.Message)
-		c.caches.Enqueue(mc.GetNamespace() + "/" + mc.GetName())
+		c.reconciles.Add(mc.GetNamespace() + "/" + mc.GetName())
 		return 0, nil
 	case jobCondition(job, "Failed"):
 		return 0, c.fail(ctx, mc, b, st, api.ReasonJobFailed, c.jobFailure(ctx, job))

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/cache"
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/backups"
@@ -28,20 +27,6 @@ type Backups interface {
 	Cleanup(ctx context.Context, mc *unstructured.Unstructured) error
 	ResolveRestore(ctx context.Context, mc *unstructured.Unstructured, spec api.Spec) (*api.RestoreStatus, error)
 }
-
-// SetBackups gives the controller its backups; call it before Start.
-func (c *Controller) SetBackups(b Backups) { c.backups = b }
-
-// Cache returns the cache namespace/name from the informer cache (a copy).
-func (c *Controller) Cache(key string) (*unstructured.Unstructured, bool, error) {
-	return c.informers.Cache(key)
-}
-
-// CacheInformer is the ManagedCaches' informer.
-func (c *Controller) CacheInformer() cache.SharedIndexInformer { return c.informers.Caches }
-
-// Enqueue has the cache namespace/name reconciled.
-func (c *Controller) Enqueue(key string) { c.queue.Add(key) }
 
 // resolveRestore makes sure a cache with spec.restore has its source in status.restore before any
 // child is rendered: the first member's init container is rendered from it. It returns mc with the

@@ -19,7 +19,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"net"
 	"reflect"
 	"strings"
 	"sync"
@@ -36,13 +35,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"example.com/cache-operator/engine/informers"
+	"example.com/cache-operator/engine/internal/workloop"
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/metrics"
@@ -54,34 +52,6 @@ import (
 type Options struct {
 	// Render is what rendering takes from flags: image repositories, the cluster domain.
 	Render render.Config
-	// Workers is the number of caches reconciled at once.
-	Workers int
-	// Resync is how often every cache is re-checked even without events (0: never).
-	Resync time.Duration
-	// ShutdownGrace is how long reconciles in flight may run on after shutdown starts before
-	// they are cancelled (default 10s): well inside the pod's termination grace period, so that
-	// the lease is released before the kubelet kills the process.
-	ShutdownGrace time.Duration
-	// MemberNetworks are the networks the operator may dial members in (none: any). A cache with
-	// a member elsewhere is not observed: its member 0 is labelled primary and it never
-	// fails over (used for simulated nodes, whose pod addresses lead nowhere).
-	MemberNetworks []*net.IPNet
-	// MemberWorkers is the number of member passes run at once (they wait on the network).
-	MemberWorkers int
-	// MemberPoll is how often each observed cache's members are read (default 1s).
-	MemberPoll time.Duration
-	// ServiceSettle is how long a planned handover waits after the last change to its members'
-	// Service endpoints (dataplane.Options.ServiceSettle).
-	ServiceSettle time.Duration
-	// MayWrite, when set, is asked before every Redis command that changes a member (the lease
-	// fence of the API writes, package app).
-	MayWrite func() error
-	// Identity names this process on the members' connections (CLIENT SETNAME cache-operator/<identity>).
-	Identity string
-	// Kube, if set, serves the informers of built-in kinds (children and pods) as typed objects,
-	// which a client configured for protobuf decodes at a fraction of the CPU of JSON into
-	// unstructured maps. Other kinds, and every kind when Kube is nil, use dynamic informers.
-	Kube kubernetes.Interface
 	// Namespace is where the dry-run creates that learn the API server's defaults go (the
 	// operator's own; default "default").
 	Namespace string
@@ -91,6 +61,25 @@ type Options struct {
 	// CertificateLifetime is a TLS cache's members' certificates' lifetime (the CA's is ten times
 	// as long); renewed with a third left (default cachetls.DefaultLifetime).
 	CertificateLifetime time.Duration
+}
+
+// Deps are what the controller is built on; package app builds them, each once, and hands them
+// over here: nothing is wired after construction.
+type Deps struct {
+	Client   dynamic.Interface
+	Mapper   meta.RESTMapper
+	Renderer *render.Renderer
+	Recorder record.EventRecorder
+	// Informers hold the caches, their children and the members' pods.
+	Informers *informers.Set
+	// Queue is the reconciles' work loop (its workers, grace and retries). The member passes
+	// and the backups add a cache to it when what they found changed; a deleted cache is
+	// forgotten by one call to its Forget, which every package that keeps per-cache state hooks.
+	Queue *workloop.Loop
+	// Members are the member passes, whose views the status reads.
+	Members *dataplane.Controller
+	// Backups are the caches' backups (nil: none, in tests).
+	Backups Backups
 }
 
 // CleanupFunc releases what a cache holds outside the cluster when it is deleted. The finalizer
@@ -107,10 +96,10 @@ type Controller struct {
 	applier  *ssa.Applier
 	recorder record.EventRecorder
 	cleanups []CleanupFunc
-	// backups, when set, are the cache's backups (SetBackups).
+	// backups are the caches' backups (nil: none).
 	backups Backups
 
-	queue     workqueue.TypedRateLimitingInterface[string]
+	queue     *workloop.Loop
 	informers *informers.Set
 	// members runs the member passes, whose views the status reads.
 	members *dataplane.Controller
@@ -136,16 +125,9 @@ type Controller struct {
 	keptSecrets, lastSecrets sync.Map
 }
 
-// New builds a controller: informers for ManagedCaches, for every kind the templates render and
-// for the members' pods (only the objects that carry the operator's managed-by label), and the
-// member passes.
-func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Renderer, recorder record.EventRecorder, opts Options, cleanups ...CleanupFunc) (*Controller, error) {
-	if opts.Workers < 1 {
-		opts.Workers = 1
-	}
-	if opts.ShutdownGrace <= 0 {
-		opts.ShutdownGrace = 10 * time.Second
-	}
+// New builds a controller on d: it routes the events of the caches, their children and their
+// claims to d.Queue.
+func New(d Deps, opts Options, cleanups ...CleanupFunc) (*Controller, error) {
 	if opts.CertificateLifetime <= 0 {
 		opts.CertificateLifetime = cachetls.DefaultLifetime
 	}
@@ -156,21 +138,19 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 		opts.Render.ClusterDomain = api.DefaultClusterDomain
 	}
 	c := &Controller{
-		opts:     opts,
-		client:   client,
-		renderer: renderer,
-		differ:   ssa.NewDiffer(),
-		applier:  ssa.NewApplier(client, mapper, api.FieldManager),
-		recorder: recorder,
-		cleanups: cleanups,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "managedcache"}),
+		opts:      opts,
+		client:    d.Client,
+		renderer:  d.Renderer,
+		differ:    ssa.NewDiffer(),
+		applier:   ssa.NewApplier(d.Client, d.Mapper, api.FieldManager),
+		recorder:  d.Recorder,
+		cleanups:  cleanups,
+		backups:   d.Backups,
+		queue:     d.Queue,
+		informers: d.Informers,
+		members:   d.Members,
 	}
 	// (A child without the managed-by label is found by its create, see createChild.)
-	var err error
-	if c.informers, err = informers.New(client, mapper, renderer, informers.Options{Resync: opts.Resync, Kube: opts.Kube}); err != nil {
-		return nil, err
-	}
 	if _, err := c.informers.Caches.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: c.cacheUpdated,
@@ -208,22 +188,27 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, renderer *render.Rend
 	}); err != nil {
 		return nil, err
 	}
-	// A member pass whose view changed has the cache's status rewritten.
-	c.members, err = dataplane.New(client, c.informers, recorder,
-		dataplane.Options{MemberNetworks: opts.MemberNetworks, Workers: opts.MemberWorkers, Poll: opts.MemberPoll, ServiceSettle: opts.ServiceSettle, MayWrite: opts.MayWrite,
-			ClientName: strings.ReplaceAll(api.FieldManager+"/"+opts.Identity, " ", "_")}, c.queue.Add)
-	if err != nil {
-		return nil, err
-	}
+	c.queue.OnForget(c.forget)
 	metrics.RegisterFleet(c.informers.CountByReady)
 	return c, nil
+}
+
+// forget drops what the controller remembers of a deleted cache, and its metrics.
+func (c *Controller) forget(key string) {
+	ns, name, _ := strings.Cut(key, "/")
+	c.forgetProtections(key)
+	c.statusWrites.forget(key)
+	c.verified.forget(key)
+	c.forgetRestoreOutcomes(ns, name)
+	c.rejectedPasswords.Delete(key)
+	metrics.ForgetCache(ns, name)
 }
 
 // Reconciles returns how many reconciles have finished (for tests and metrics).
 func (c *Controller) Reconciles() int64 { return c.reconciles.Load() }
 
 // Run starts the informers, waits for their caches, and reconciles until ctx ends (Start, then
-// RunWorkers).
+// RunWorkers); it does not run the member passes or the backups (package app runs them).
 func (c *Controller) Run(ctx context.Context) error {
 	if err := c.Start(ctx); err != nil {
 		return err
@@ -238,70 +223,24 @@ func (c *Controller) Start(ctx context.Context) error {
 	return c.informers.Start(ctx)
 }
 
-// RunWorkers reconciles until ctx ends. Then it takes no more work (what is queued is left: the
-// next leader lists everything anew) and gives the reconciles in flight up to
-// Options.ShutdownGrace to finish; after that their context is cancelled, so that every request
-// they make returns at once. It returns when no reconcile runs any more.
+// RunWorkers reconciles until ctx ends. Then the work loop takes no more keys (what is queued is
+// left: the next leader lists everything anew) and gives the reconciles in flight their grace to
+// finish, so that one in flight finishes its writes instead of leaving a half-applied cache;
+// after that their context is cancelled. It returns when no reconcile runs any more.
 func (c *Controller) RunWorkers(ctx context.Context) {
 	defer utilruntime.HandleCrash()
 	if err := c.MigrateStorage(ctx); err != nil {
 		klog.ErrorS(err, "Storage migration failed; the next leader retries it")
 	}
 	c.learnServerDefaults(ctx)
-	klog.InfoS("Starting workers", "count", c.opts.Workers)
-	// Reconciles run on a context that outlives ctx by the grace, so that one in flight can
-	// finish its writes instead of leaving a half-applied cache.
-	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	var workers sync.WaitGroup
-	for i := 0; i < c.opts.Workers; i++ {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			for c.processNextWorkItem(ctx, work) {
-			}
-		}()
-	}
-	// Member passes too: a switchover in flight when SIGTERM comes finishes (or is undone)
-	// within the grace, instead of being cut off after the old primary lost its label.
-	c.members.Start(work)
-	<-ctx.Done()
-	c.queue.ShutDown()
-	c.members.ShutDown()
-	stopped := make(chan struct{})
-	go func() { workers.Wait(); c.members.Wait(); close(stopped) }()
-	klog.InfoS("Shutting down: finishing reconciles and member passes in flight", "grace", c.opts.ShutdownGrace, "queued", c.queue.Len())
-	select {
-	case <-stopped:
-	case <-time.After(c.opts.ShutdownGrace):
-		klog.InfoS("Reconciles in flight did not finish in time; cancelling them", "grace", c.opts.ShutdownGrace)
-		cancelWork()
-		<-stopped
-	}
-}
-
-// processNextWorkItem reconciles one key on the context work. It returns false once ctx has ended
-// (shutdown) or the queue is shut down.
-func (c *Controller) processNextWorkItem(ctx, work context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
-	if ctx.Err() != nil {
-		return false // shutting down: the backlog is left to the next leader
-	}
-	start := time.Now()
-	err := c.reconcile(work, key)
-	metrics.ObserveReconcile(start, err)
-	c.reconciles.Add(1)
-	if err == nil {
-		c.queue.Forget(key)
-		return true
-	}
-	klog.ErrorS(err, "Reconcile failed; retrying with backoff", "managedcache", key, "retries", c.queue.NumRequeues(key))
-	c.queue.AddRateLimited(key)
-	return true
+	klog.InfoS("Starting the reconciles")
+	c.queue.Run(ctx, func(ctx context.Context, key string) (time.Duration, error) {
+		start := time.Now()
+		err := c.reconcile(ctx, key)
+		metrics.ObserveReconcile(start, err)
+		c.reconciles.Add(1)
+		return 0, err
+	})
 }
 
 func (c *Controller) enqueue(obj interface{}) {

@@ -23,8 +23,10 @@ import (
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/credentials"
+	"example.com/cache-operator/engine/dataplane"
 	"example.com/cache-operator/engine/informers"
 	"example.com/cache-operator/engine/internal/testobj"
+	"example.com/cache-operator/engine/internal/workloop"
 	"example.com/cache-operator/engine/render"
 	"example.com/cache-operator/engine/status"
 	"example.com/cache-operator/templates"
@@ -88,7 +90,16 @@ func newFixture(t *testing.T, cleanups []CleanupFunc, objs ...*unstructured.Unst
 		t.Fatal(err)
 	}
 	recorder := record.NewFakeRecorder(100)
-	ctrl, err := New(client, mapper, renderer, recorder, Options{Workers: 1}, cleanups...)
+	set, err := informers.New(client, mapper, renderer, informers.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := workloop.New(workloop.Options{Name: "test", Workers: fixtureWorkers, Grace: fixtureGrace})
+	members, err := dataplane.New(client, set, recorder, queue, dataplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl, err := New(Deps{Client: client, Mapper: mapper, Renderer: renderer, Recorder: recorder, Informers: set, Queue: queue, Members: members}, Options{}, cleanups...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,16 +138,13 @@ var (
 	child    = testobj.Child
 )
 
-func (f *fixture) queued() []string {
-	var keys []string
-	for f.ctrl.queue.Len() > 0 {
-		k, _ := f.ctrl.queue.Get()
-		keys = append(keys, k)
-		f.ctrl.queue.Done(k)
-		f.ctrl.queue.Forget(k)
-	}
-	return keys
-}
+// The fixture's work loop: two workers, and the operator's default shutdown grace.
+const (
+	fixtureWorkers = 2
+	fixtureGrace   = 10 * time.Second
+)
+
+func (f *fixture) queued() []string { return f.ctrl.queue.Drain() }
 
 // A child's events enqueue the cache that controls it, an orphan carrying a cache's labels enqueues
 // that cache, and anything else enqueues nothing; a tombstone is unwrapped.
@@ -261,7 +269,6 @@ func TestShutdownLeavesTheBacklog(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	f.ctrl.opts.Workers = 2
 	ctx, cancel := context.WithCancel(context.Background())
 	returned := make(chan struct{})
 	go func() { f.ctrl.RunWorkers(ctx); close(returned) }()
@@ -277,11 +284,11 @@ func TestShutdownLeavesTheBacklog(t *testing.T) {
 	cancel()
 	select {
 	case <-returned:
-	case <-time.After(f.ctrl.opts.ShutdownGrace):
-		t.Fatalf("RunWorkers still running %v after shutdown began", f.ctrl.opts.ShutdownGrace)
+	case <-time.After(fixtureGrace):
+		t.Fatalf("RunWorkers still running %v after shutdown began", fixtureGrace)
 	}
-	if after := f.ctrl.Reconciles() - atCancel; after > int64(f.ctrl.opts.Workers) {
-		t.Errorf("%d reconciles finished after shutdown began (in %v); want at most the %d in flight", after, time.Since(start), f.ctrl.opts.Workers)
+	if after := f.ctrl.Reconciles() - atCancel; after > int64(fixtureWorkers) {
+		t.Errorf("%d reconciles finished after shutdown began (in %v); want at most the %d in flight", after, time.Since(start), fixtureWorkers)
 	}
 }
 

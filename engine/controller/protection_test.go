@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,4 +60,38 @@ func TestPasswordSecretReleasedWithTheCache(t *testing.T) {
 			t.Errorf("a Secret controlled by another cache of that name: finalizers %v (%v); want kept", got.GetFinalizers(), err)
 		}
 	})
+}
+
+// A cache that is gone is forgotten by one call: the reconcile of a deleted cache forgets it in
+// the work loop, whose hooks drop what the controller remembers of it (the refused password, the
+// restore outcome, the kept and last Secrets, the verified pass) and its members' view.
+func TestDeletedCacheIsForgottenEverywhere(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	for _, key := range []string{"shop/gone", "shop/kept"} {
+		f.ctrl.rejectedPasswords.Store(key, "hash")
+		f.ctrl.restoreOutcomes.Store(key, "outcome")
+		f.ctrl.keptSecrets.Store(key, "uid")
+		f.ctrl.lastSecrets.Store(key, "secret")
+		f.ctrl.verified.set(key, verifiedPass{})
+	}
+	// shop/gone is not in the informer: its reconcile finds it deleted.
+	if err := f.ctrl.reconcile(ctx, "shop/gone"); err != nil {
+		t.Fatal(err)
+	}
+	for name, m := range map[string]*sync.Map{"rejectedPasswords": &f.ctrl.rejectedPasswords, "restoreOutcomes": &f.ctrl.restoreOutcomes,
+		"keptSecrets": &f.ctrl.keptSecrets, "lastSecrets": &f.ctrl.lastSecrets} {
+		if _, ok := m.Load("shop/gone"); ok {
+			t.Errorf("%s still holds the deleted cache", name)
+		}
+		if _, ok := m.Load("shop/kept"); !ok {
+			t.Errorf("%s lost the other cache", name)
+		}
+	}
+	if _, ok := f.ctrl.verified.get("shop/gone"); ok {
+		t.Error("the verified pass of the deleted cache is still kept")
+	}
+	if _, ok := f.ctrl.verified.get("shop/kept"); !ok {
+		t.Error("the other cache's verified pass was dropped")
+	}
 }

@@ -47,11 +47,8 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		if err := c.releaseSecret(ctx, ns, name, ""); err != nil {
 			return err
 		}
-		c.forgetProtections(key)
-		c.statusWrites.forget(key)
-		c.verified.forget(key)
-		c.forgetRestoreOutcomes(ns, name)
-		metrics.ForgetCache(ns, name)
+		// One call forgets the cache everywhere: here, in the member passes and in the backups.
+		c.queue.Forget(key)
 		klog.V(4).InfoS("ManagedCache is gone; its children are left to garbage collection", "managedcache", key)
 		return nil
 	}

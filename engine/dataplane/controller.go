@@ -13,7 +13,6 @@ import (
 	"context"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,10 +21,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/informers"
+	"example.com/cache-operator/engine/internal/workloop"
 	"example.com/cache-operator/engine/member"
 	"example.com/cache-operator/engine/metrics"
 )
@@ -53,23 +52,23 @@ type Options struct {
 	// ClientName names the connections to members (CLIENT LIST shows it): the operator and this
 	// process's identity.
 	ClientName string
+	// ShutdownGrace is how long passes in flight may run on after shutdown begins (default 10s).
+	ShutdownGrace time.Duration
 }
 
-// Controller runs member passes: one rate-limited queue of cache keys (namespace/name), fed by
-// the members' pod events, by Enqueue and by the passes themselves (each schedules the next).
+// Controller runs member passes: a work loop of cache keys (namespace/name), fed by the members'
+// pod events, by Enqueue and by the passes themselves (each schedules the next).
 type Controller struct {
 	opts      Options
 	client    dynamic.Interface
 	informers *informers.Set
 	recorder  record.EventRecorder
-	// changed is called with a cache's key when its View changed.
-	changed func(key string)
+	// reconciles is the cache controller's work loop: a cache whose View changed is added to it,
+	// so that its status is written again.
+	reconciles *workloop.Loop
 
-	members workqueue.TypedRateLimitingInterface[string]
-	// stopping is set by ShutDown: passes in flight finish, queued ones do not start.
-	stopping atomic.Bool
-	workers  sync.WaitGroup
-	pool     *member.Pool
+	loop  *workloop.Loop
+	pool  *member.Pool
 	store    memberStore
 	// authFallback holds the addresses of members the current internal password was refused by,
 	// and how they are reached instead (a fallback): with the previous internal password (an
@@ -78,26 +77,30 @@ type Controller struct {
 	authFallback sync.Map
 }
 
-// New makes the member passes of the caches in set, and routes pod events to them. changed is
-// called with a cache's key whenever what its pass found (View) changed.
-func New(client dynamic.Interface, set *informers.Set, recorder record.EventRecorder, opts Options, changed func(key string)) (*Controller, error) {
+// New makes the member passes of the caches in set, and routes pod events to them. A cache whose
+// pass found something new (its View changed) is added to reconciles, the cache controller's
+// work loop; a cache that loop forgets is forgotten here too.
+func New(client dynamic.Interface, set *informers.Set, recorder record.EventRecorder, reconciles *workloop.Loop, opts Options) (*Controller, error) {
 	if opts.Workers < 1 {
 		opts.Workers = 16
 	}
 	if opts.Poll <= 0 {
 		opts.Poll = time.Second
 	}
+	if opts.ShutdownGrace <= 0 {
+		opts.ShutdownGrace = 10 * time.Second
+	}
 	c := &Controller{
-		opts: opts, client: client, informers: set, recorder: recorder, changed: changed,
-		members: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "members"}),
+		opts: opts, client: client, informers: set, recorder: recorder, reconciles: reconciles,
+		loop: workloop.New(workloop.Options{Name: "members", Workers: opts.Workers, Grace: opts.ShutdownGrace,
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Second)}),
 		pool: member.NewGuardedPool(opts.MayWrite, opts.ClientName),
 		store: memberStore{views: map[string]View{}, memory: map[string]*roleMemory{},
 			labels: map[string]labelExpectation{}, deleted: map[string]types.UID{},
 			endpoints: map[string]time.Time{}, samples: map[string]metrics.CacheSample{}},
 	}
 	metrics.RegisterMembers(c.store.eachSample)
+	reconciles.OnForget(c.forget)
 	if _, err := set.Pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
 			c.endpointsChanged(obj)
@@ -128,34 +131,24 @@ func New(client dynamic.Interface, set *informers.Set, recorder record.EventReco
 }
 
 // Enqueue schedules a member pass of the cache key (namespace/name).
-func (c *Controller) Enqueue(key string) { c.members.Add(key) }
+func (c *Controller) Enqueue(key string) { c.loop.Add(key) }
+
+// forget drops what the passes keep of a deleted cache: its view, its memory of the roles, its
+// metrics sample and its backoff.
+func (c *Controller) forget(key string) {
+	c.store.forget(key)
+	c.loop.Forget(key)
+}
 
 // View returns what the last member pass of the cache key found (false: none has run since this
 // process started).
 func (c *Controller) View(key string) (View, bool) { return c.store.view(key) }
 
-// Start runs member passes until ShutDown (or ctx ends); each pass runs on ctx, which the caller
-// keeps open past ShutDown for a grace period so that a pass in flight finishes its steps.
-func (c *Controller) Start(ctx context.Context) {
-	for i := 0; i < c.opts.Workers; i++ {
-		c.workers.Add(1)
-		go func() {
-			defer c.workers.Done()
-			for c.processNextMemberItem(ctx) {
-			}
-		}()
-	}
-}
-
-// ShutDown takes no more passes; Wait then waits for those in flight and closes the connections.
-func (c *Controller) ShutDown() {
-	c.stopping.Store(true)
-	c.members.ShutDown()
-}
-
-// Wait waits for the passes in flight after ShutDown, then closes every connection to members.
-func (c *Controller) Wait() {
-	c.workers.Wait()
+// Run runs member passes until ctx ends; passes in flight then get Options.ShutdownGrace to
+// finish their steps (a switchover in flight is finished or undone, not cut off after the old
+// primary lost its label). It closes every connection to members before it returns.
+func (c *Controller) Run(ctx context.Context) {
+	c.loop.Run(ctx, c.syncMembers)
 	c.pool.Close()
 }
 
@@ -181,28 +174,6 @@ func (c *Controller) endpointsChanged(obj interface{}) {
 // enqueuePod schedules a member pass of the pod's cache.
 func (c *Controller) enqueuePod(obj interface{}) {
 	if key, ok := informers.PodCache(obj); ok {
-		c.members.Add(key)
+		c.loop.Add(key)
 	}
-}
-
-func (c *Controller) processNextMemberItem(ctx context.Context) bool {
-	key, shutdown := c.members.Get()
-	if shutdown {
-		return false
-	}
-	defer c.members.Done(key)
-	if ctx.Err() != nil || c.stopping.Load() {
-		return false
-	}
-	next, err := c.syncMembers(ctx, key)
-	if err != nil {
-		klog.ErrorS(err, "Member pass failed; retrying", "managedcache", key)
-		c.members.AddRateLimited(key)
-		return true
-	}
-	c.members.Forget(key)
-	if next > 0 {
-		c.members.AddAfter(key, next)
-	}
-	return true
 }

@@ -238,8 +238,8 @@ func (c *Controller) reportRefused(mc *unstructured.Unstructured, mem *roleMemor
 
 // publish stores the view of a cache and, when it changed, has the cache's status rewritten.
 func (c *Controller) publish(key string, v View) {
-	if c.store.setView(key, v) {
-		c.changed(key)
+	if c.store.setView(key, v) && c.reconciles != nil {
+		c.reconciles.Add(key)
 	}
 }
 

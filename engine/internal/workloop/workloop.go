@@ -67,6 +67,22 @@ func (l *Loop) AddAfter(key string, d time.Duration) { l.queue.AddAfter(key, d) 
 // Len is how many keys wait.
 func (l *Loop) Len() int { return l.queue.Len() }
 
+// Drain takes every key queued now out of the queue without handling it, and returns them (tests
+// that check what an event enqueued).
+func (l *Loop) Drain() []string {
+	var keys []string
+	for l.queue.Len() > 0 {
+		k, shutdown := l.queue.Get()
+		if shutdown {
+			break
+		}
+		keys = append(keys, k)
+		l.queue.Done(k)
+		l.queue.Forget(k)
+	}
+	return keys
+}
+
 // Retries is how many times key has failed since it last succeeded.
 func (l *Loop) Retries(key string) int { return l.queue.NumRequeues(key) }
 
