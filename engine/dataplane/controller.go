@@ -69,7 +69,7 @@ type Controller struct {
 
 	loop  *workloop.Loop
 	pool  *member.Pool
-	store    memberStore
+	store memberStore
 	// authFallback holds the addresses of members the current internal password was refused by,
 	// and how they are reached instead (a fallback): with the previous internal password (an
 	// internal rotation not yet given to the member), or as the clients' default user (a member
