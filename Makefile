@@ -18,7 +18,7 @@ TEST_CLUSTER := CLUSTER_NAME=cache-test CLUSTER_DIR=$(ROOT)/.cluster-test MAX_RE
 GO_TEST_FLAGS ?= -count=1
 # Every go command here builds as make cluster-bin does (no cgo, -trimpath). The build cache is keyed
 # on those flags, so the packages the operator shares with the cluster binaries (client-go,
-# apimachinery, k8s.io/api, gRPC, ...: the operator's go.mod pins the versions hack/go.work selects)
+# apimachinery, k8s.io/api, gRPC, ...: the operator's go.mod pins the versions localcluster/go.work selects)
 # compile once, not once per command.
 GO := CGO_ENABLED=0 GOFLAGS="-trimpath $(shell go env GOFLAGS 2>/dev/null)" go
 
@@ -35,16 +35,16 @@ prereqs-test: ## prereqs and what only the tests need (promtool); make test runs
 ##@ Local cluster
 .PHONY: cluster-bin cluster cluster-down helm
 cluster-bin: ## build the node agent (and, beside the rest, the nodes' images), etcd, kube-*, kubectl, kwok(ctl), CoreDNS, the provisioner and the object store into bin/cluster (minutes, once)
-	@hack/cluster/build.sh
+	@localcluster/build.sh
 
 helm: ## build bin/cluster/helm (the chart's tests; make test builds it)
-	@hack/cluster/build.sh tools
+	@localcluster/build.sh tools
 
 cluster: cluster-bin ## create or restart the local cluster cache-dev; kubeconfig in .cluster/kubeconfig
-	@$(DEV_CLUSTER) hack/cluster/cluster.sh up
+	@$(DEV_CLUSTER) localcluster/cluster.sh up
 
 cluster-down: ## stop every process of the local cluster and delete its files
-	@$(DEV_CLUSTER) hack/cluster/cluster.sh down
+	@$(DEV_CLUSTER) localcluster/cluster.sh down
 
 ##@ Operator
 OPERATOR := $(ROOT)/bin/cache-operator
@@ -86,12 +86,12 @@ test: prereqs-test ## every test: the cluster binaries, then end-to-end tests on
 test-unit: ## unit and golden-file tests (no cluster), the operator's and the node agent's
 	$(GO) vet ./...
 	$(GO) test $(GO_TEST_FLAGS) ./...
-	cd hack/node && $(GO) vet ./... && $(GO) test $(GO_TEST_FLAGS) ./...
+	cd localcluster/node && $(GO) vet ./... && $(GO) test $(GO_TEST_FLAGS) ./...
 
 test-e2e: cluster-bin helm ## end-to-end tests on a fresh cluster cache-test (deleted afterwards)
-	@$(TEST_CLUSTER) hack/cluster/cluster.sh down >/dev/null
+	@$(TEST_CLUSTER) localcluster/cluster.sh down >/dev/null
 	@rm -rf $(TEST_OBJECTSTORE)
-	@$(TEST_CLUSTER) hack/cluster/cluster.sh up
+	@$(TEST_CLUSTER) localcluster/cluster.sh up
 	$(E2E_ENV) $(GO) test $(GO_TEST_FLAGS) -p 1 -timeout 60m -v ./e2e/... ./bench/
 	$(E2E_ENV) CACHE_E2E_LIFECYCLE=1 $(GO) test $(GO_TEST_FLAGS) -v -run TestRestoreIntoAFreshCluster ./e2e/lifecycle/
 	$(E2E_ENV) CACHE_E2E_LIFECYCLE=1 $(GO) test $(GO_TEST_FLAGS) -v -run TestClusterLifecycle ./e2e/lifecycle/
@@ -100,12 +100,12 @@ FAULTS ?= 60
 SEED ?=
 .PHONY: chaos
 chaos: prereqs cluster-bin ## the fault campaign: FAULTS randomized faults (default 60; SEED=n replays an order) on a fresh cluster cache-test; table in .test/chaos.md
-	@$(TEST_CLUSTER) hack/cluster/cluster.sh down >/dev/null
-	@$(TEST_CLUSTER) hack/cluster/cluster.sh up
+	@$(TEST_CLUSTER) localcluster/cluster.sh down >/dev/null
+	@$(TEST_CLUSTER) localcluster/cluster.sh up
 	@mkdir -p .test
 	$(E2E_ENV) CACHE_E2E_CHAOS_FAULTS=$(FAULTS) CACHE_E2E_CHAOS_SEED=$(SEED) CACHE_E2E_CHAOS_TABLE=$(ROOT)/.test/chaos.md \
 		$(GO) test $(GO_TEST_FLAGS) -timeout 4h -v -run TestFaultCampaign ./e2e/operator/
-	@$(TEST_CLUSTER) hack/cluster/cluster.sh down >/dev/null
+	@$(TEST_CLUSTER) localcluster/cluster.sh down >/dev/null
 	@cat .test/chaos.md
 
 E2E_ENV := CACHE_E2E=1 CACHE_E2E_CLUSTER_DIR=$(ROOT)/.cluster-test CACHE_E2E_CLUSTER_NAME=cache-test OBJECTSTORE_DIR=$(TEST_OBJECTSTORE)

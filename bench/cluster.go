@@ -24,11 +24,11 @@ import (
 	"example.com/cache-operator/e2e/framework"
 )
 
-// clusterScript runs hack/cluster/cluster.sh for the bench cluster: KWOK nodes only, the client
+// clusterScript runs localcluster/cluster.sh for the bench cluster: KWOK nodes only, the client
 // limits of kube-controller-manager and kube-scheduler lifted (and the API server's own), an
 // audit log that is never rotated (auditReader reads it by offset).
 func clusterScript(cfg runConfig, arg string) error {
-	cmd := exec.Command(filepath.Join(cfg.root, "hack", "cluster", "cluster.sh"), arg)
+	cmd := exec.Command(filepath.Join(cfg.root, "localcluster", "cluster.sh"), arg)
 	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+cfg.clusterName, "CLUSTER_DIR="+cfg.clusterDir,
 		"DISABLE_QPS_LIMITS=1", "REAL_NODES=0", "AUDIT_LOG_MAX_MB=0")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
@@ -144,7 +144,7 @@ func guardKwokDeletes(ctx context.Context, c *framework.Cluster) error {
 	return nil
 }
 
-// kwokCapacity adds simulated nodes (like hack/cluster/nodes.yaml's) until the KWOK nodes hold
+// kwokCapacity adds simulated nodes (like localcluster/nodes.yaml's) until the KWOK nodes hold
 // pods pods with a fifth to spare, and returns the names of those it added.
 func kwokCapacity(ctx context.Context, c *framework.Cluster, pods int64) ([]string, error) {
 	list, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "type=kwok"})

@@ -3,7 +3,7 @@
 // BENCHMARKS.md. `make bench` runs it (N=100 by default; N=100,300,1000 for the scaling runs,
 // FOREIGN=10000 for foreign load).
 //
-// Each run measures the oracle on a fresh cluster (hack/cluster/cluster.sh with KWOK nodes only and
+// Each run measures the oracle on a fresh cluster (localcluster/cluster.sh with KWOK nodes only and
 // the client limits of kube-controller-manager, kube-scheduler and the API server lifted), then,
 // on another fresh one, runs the operator as its ServiceAccount with default flags and measures:
 //  1. N caches (sizes 1-3) created at once: seconds until every one is Ready;

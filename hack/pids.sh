@@ -1,4 +1,4 @@
-# PID files that cannot hit a reused PID, for hack/cluster/cluster.sh, hack/up.sh and make down
+# PID files that cannot hit a reused PID, for localcluster/cluster.sh, hack/up.sh and make down
 # (sourced).
 [[ -v pid_trust ]] || pid_trust=()
 # A PID file holds "PID START": the process's start time (/proc/PID/stat, field 22, in clock

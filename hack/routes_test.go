@@ -30,7 +30,7 @@ func TestClusterRefusesForeignRoutes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.Command("unshare", "-n", "bash", "-c", "ip link set lo up && "+tc.setup+" && exec bash cluster/cluster.sh check-routes")
+			cmd := exec.Command("unshare", "-n", "bash", "-c", "ip link set lo up && "+tc.setup+" && exec bash ../localcluster/cluster.sh check-routes")
 			cmd.Env = append(os.Environ(), "CLUSTER_NAME=routes-test", "CLUSTER_NET_INDEX=0", "CLUSTER_DIR="+t.TempDir())
 			out, err := cmd.CombinedOutput()
 			refused := err != nil

@@ -30,7 +30,7 @@ done
 # The backup store of the sample: the local cluster's object store (cluster.sh), its endpoint,
 # bucket and keys in the Secret cache-backups, made once.
 if ! "${k[@]}" get secret cache-backups -n shop >/dev/null 2>&1; then
-	eval "$(hack/cluster/cluster.sh objectstore-env)"
+	eval "$(localcluster/cluster.sh objectstore-env)"
 	echo "up: creating the Secret shop/cache-backups (the object store $OBJECTSTORE_ENDPOINT, bucket $OBJECTSTORE_BUCKET)"
 	"${k[@]}" create secret generic cache-backups -n shop --from-literal=endpoint="$OBJECTSTORE_ENDPOINT" \
 		--from-literal=bucket="$OBJECTSTORE_BUCKET" --from-literal=region="$OBJECTSTORE_REGION" \

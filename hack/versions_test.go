@@ -15,7 +15,7 @@ func goListModules(t *testing.T, dir string, args ...string) map[string]string {
 	argv := append([]string{"list", "-f", "{{.ImportPath}}\t{{with .Module}}{{.Path}}@{{.Version}}{{end}}"}, args...)
 	cmd := exec.Command("go", argv...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=") // the workspace of hack/go.work where there is one
+	cmd.Env = append(os.Environ(), "GOWORK=") // the workspace of localcluster/go.work where there is one
 	out, err := cmd.Output()
 	if err != nil {
 		stderr := ""
@@ -43,7 +43,7 @@ func TestOperatorBuildsWithTheClusterBinariesVersions(t *testing.T) {
 		t.Skip("lists the cluster binaries' dependencies (downloads their modules on a new machine)")
 	}
 	operator := goListModules(t, "..", "-deps", "-test", "./...")
-	cluster := goListModules(t, "cluster", "-deps", "./kube", "go.etcd.io/etcd/server/v3")
+	cluster := goListModules(t, "../localcluster", "-deps", "./kube", "go.etcd.io/etcd/server/v3")
 	var differ []string
 	shared := 0
 	seen := map[string]bool{}
@@ -63,8 +63,8 @@ func TestOperatorBuildsWithTheClusterBinariesVersions(t *testing.T) {
 	}
 	sort.Strings(differ)
 	if len(differ) > 0 {
-		t.Errorf("%d modules differ between the operator's go.mod and hack/go.work's selection, so their packages (and all above them) compile twice; "+
-			"`go get` the cluster binaries' version in the root, or raise the module in hack/cluster/go.mod and run `go work sync` in hack/:\n  %s",
+		t.Errorf("%d modules differ between the operator's go.mod and localcluster/go.work's selection, so their packages (and all above them) compile twice; "+
+			"`go get` the cluster binaries' version in the root, or raise the module in localcluster/go.mod and run `go work sync` in localcluster/:\n  %s",
 			len(differ), strings.Join(differ, "\n  "))
 		return
 	}

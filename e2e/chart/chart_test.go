@@ -36,7 +36,7 @@ const opNS = "cache-operator-system"
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if os.Getenv("CACHE_E2E") == "1" {
-		// The real nodes run image cache-operator from bin/cache-operator (hack/node/images.yaml).
+		// The real nodes run image cache-operator from bin/cache-operator (localcluster/node/images.yaml).
 		if _, err := framework.BuildOperator(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

@@ -34,7 +34,7 @@ var (
 
 func TestMain(m *testing.M) {
 	if os.Getenv("CACHE_E2E") == "1" {
-		// The real nodes run image cache-operator from bin/cache-operator (hack/node/images.yaml).
+		// The real nodes run image cache-operator from bin/cache-operator (localcluster/node/images.yaml).
 		if _, err := framework.BuildOperator(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

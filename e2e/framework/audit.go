@@ -31,7 +31,7 @@ type AuditEvent struct {
 	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
 }
 
-// AuditLogPath is where the cluster's API server writes its audit log (see hack/cluster/cluster.sh).
+// AuditLogPath is where the cluster's API server writes its audit log (see localcluster/cluster.sh).
 func (c *Cluster) AuditLogPath() string { return filepath.Join(c.Dir, "audit.log") }
 
 // AuditEvents reads every completed request (stage ResponseComplete) from the audit log.

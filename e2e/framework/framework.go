@@ -1,5 +1,5 @@
 // Package framework is what the end-to-end tests share: the connection to the local test cluster
-// that `make test-e2e` creates (hack/cluster/cluster.sh), polling with deadlines, kubectl, and the
+// that `make test-e2e` creates (localcluster/cluster.sh), polling with deadlines, kubectl, and the
 // API audit log. It is test support only; nothing in the operator imports it.
 //
 // The tests run only when CACHE_E2E=1 (the Makefile sets it after creating the cluster); in a plain
@@ -155,7 +155,7 @@ func MemberIPNets() []*net.IPNet {
 }
 
 // KwokNamespaceAnnotations are the placement annotations of a namespace whose pods run on the KWOK nodes (see
-// hack/cluster/kwok-namespace.yaml): the API server's PodNodeSelector and PodTolerationRestriction
+// localcluster/kwok-namespace.yaml): the API server's PodNodeSelector and PodTolerationRestriction
 // admission plugins add the node selector and the toleration of the KWOK taint to every pod.
 var KwokNamespaceAnnotations = map[string]string{
 	"scheduler.alpha.kubernetes.io/node-selector":      "type=kwok",
@@ -170,7 +170,7 @@ func (c *Cluster) Namespace(t testing.TB, prefix string) string {
 	return c.namespace(t, prefix, KwokNamespaceAnnotations)
 }
 
-// RealNamespace creates a namespace whose pods run on the real nodes (hack/node: processes under
+// RealNamespace creates a namespace whose pods run on the real nodes (localcluster/node: processes under
 // runc), with a random suffix, and deletes it when the test ends.
 func (c *Cluster) RealNamespace(t testing.TB, prefix string) string {
 	t.Helper()

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Fault helpers for the real nodes (hack/node). Each acts on this machine the way the failure it
+// Fault helpers for the real nodes (localcluster/node). Each acts on this machine the way the failure it
 // names would: nothing is simulated through the API.
 
 // RealNodes are the names of the test cluster's real nodes.
@@ -36,7 +36,7 @@ func run(ctx context.Context, name string, args ...string) (string, error) {
 }
 
 func (c *Cluster) clusterScript(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "hack", "cluster", "cluster.sh"), args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "localcluster", "cluster.sh"), args...)
 	cmd.Env = append(cmd.Environ(), "CLUSTER_NAME="+c.Name, "CLUSTER_DIR="+c.Dir)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -129,7 +129,7 @@ func NodeProcesses(c *Cluster, node string) []string {
 }
 
 // hostVeth is the bridge side of a pod's veth pair ("v" and the first 12 hex digits of its UID;
-// hack/node/network.go names it).
+// localcluster/node/network.go names it).
 func hostVeth(pod *corev1.Pod) string {
 	hex := strings.ReplaceAll(string(pod.UID), "-", "")
 	return "v" + hex[:12]

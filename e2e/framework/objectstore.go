@@ -21,7 +21,7 @@ import (
 // operator's code reads.
 func (c *Cluster) ObjectStore(t testing.TB) objectstore.Store {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(c.Root, "hack", "cluster", "cluster.sh"), "objectstore-env")
+	cmd := exec.Command(filepath.Join(c.Root, "localcluster", "cluster.sh"), "objectstore-env")
 	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+c.Name, "CLUSTER_DIR="+c.Dir)
 	out, err := cmd.Output()
 	if err != nil {
@@ -65,7 +65,7 @@ func (c *Cluster) ObjectStoreCommand(t testing.TB, what string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "hack", "cluster", "cluster.sh"), what)
+	cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "localcluster", "cluster.sh"), what)
 	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+c.Name, "CLUSTER_DIR="+c.Dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("cluster.sh %s: %v\n%s", what, err, out)

@@ -17,7 +17,7 @@ func TestRepoRoot(t *testing.T) {
 	if got := RepoRoot(); got != want {
 		t.Errorf("RepoRoot() from %s = %q; want %q", wd, got, want)
 	}
-	if _, err := os.Stat(filepath.Join(RepoRoot(), "hack", "cluster", "cluster.sh")); err != nil {
-		t.Errorf("the root has no hack/cluster/cluster.sh: %v", err)
+	if _, err := os.Stat(filepath.Join(RepoRoot(), "localcluster", "cluster.sh")); err != nil {
+		t.Errorf("the root has no localcluster/cluster.sh: %v", err)
 	}
 }

@@ -41,7 +41,7 @@ func clusterProcesses(t *testing.T, c *framework.Cluster) []string {
 
 func runScript(t *testing.T, c *framework.Cluster, arg string) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(c.Root, "hack", "cluster", "cluster.sh"), arg)
+	cmd := exec.Command(filepath.Join(c.Root, "localcluster", "cluster.sh"), arg)
 	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+c.Name, "CLUSTER_DIR="+c.Dir)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"example.com/cache-operator/e2e/framework"
 )
 
-// TestImagesAreTheirOwnRoots: a container's root is its image's (hack/node/images.yaml), built
+// TestImagesAreTheirOwnRoots: a container's root is its image's (localcluster/node/images.yaml), built
 // from Debian packages: redis:8.0 runs trixie's redis-server 8.0 on trixie's libc, redis:7.2 runs
 // bookworm's 7.0 (the table's note says so, and the imageID names the version), valkey runs
 // valkey-server; the root is read-only and is not this machine's /usr. A tag the table does not

@@ -1,4 +1,4 @@
-// Package nodes tests the local cluster's real nodes (hack/node): pods whose containers run as
+// Package nodes tests the local cluster's real nodes (localcluster/node): pods whose containers run as
 // processes under runc, with their security context, volumes, environment, probes, network,
 // kubectl streams, lifecycle and the fault helpers the other tests use.
 package nodes

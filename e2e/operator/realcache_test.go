@@ -26,7 +26,7 @@ func redisCLI(ctx context.Context, host, password string, args ...string) (strin
 }
 
 // serverProcess returns the PID of the redis-server process in a pod's container, found through
-// /proc: its cgroup is the pod's on a real node (hack/node names it <parent>/<pod UID>/<container>).
+// /proc: its cgroup is the pod's on a real node (localcluster/node names it <parent>/<pod UID>/<container>).
 func serverProcess(pod *corev1.Pod) string {
 	entries, _ := os.ReadDir("/proc")
 	marker := "/" + string(pod.UID) + "/redis"

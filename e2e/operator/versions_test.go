@@ -17,7 +17,7 @@ import (
 	"example.com/cache-operator/engine/dataset"
 )
 
-// Rolls across real versions: the local nodes run each image's own server (hack/node's image
+// Rolls across real versions: the local nodes run each image's own server (localcluster/node's image
 // table: redis 7.0.15 from bookworm, redis 8.0.2 and valkey 8.1.1 from trixie), so a version or
 // engine change replaces the server program and its data format under the members' data.
 
