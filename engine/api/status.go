@@ -1,9 +1,96 @@
 package api
 
 import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 )
+
+// Status is the status of a ManagedCache, as the CRD declares it: the one type of it, which the
+// reconcile computes (package status), writes, and everyone reads through StatusOf.
+type Status struct {
+	Conditions         []metav1.Condition `json:"conditions,omitempty"`
+	ReadyReplicas      int64              `json:"readyReplicas"`
+	Endpoint           string             `json:"endpoint,omitempty"`
+	ReadEndpoint       string             `json:"readEndpoint,omitempty"`
+	Primary            string             `json:"primary,omitempty"`
+	Members            []MemberStatus     `json:"members,omitempty"`
+	Selector           string             `json:"selector,omitempty"`
+	TLS                *TLSStatus         `json:"tls,omitempty"`
+	Backup             *BackupStatus      `json:"backup,omitempty"`
+	Restore            *RestoreStatus     `json:"restore,omitempty"`
+	LastFailover       *FailoverStatus    `json:"lastFailover,omitempty"`
+	Hibernation        *HibernationStatus `json:"hibernation,omitempty"`
+	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+}
+
+// StatusOf reads the status of mc; a malformed status reads as empty (the reconcile rewrites it
+// whole).
+func StatusOf(mc *unstructured.Unstructured) Status {
+	var s Status
+	if raw, ok := mc.Object["status"].(map[string]interface{}); ok {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &s); err != nil {
+			return Status{}
+		}
+	}
+	return s
+}
+
+// SetReady sets the Ready condition; lastTransitionTime moves only when the status flips.
+func (s *Status) SetReady(generation int64, ready bool, reason, message string) {
+	status := metav1.ConditionFalse
+	if ready {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
+		Type: ConditionReady, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
+	})
+}
+
+// TLSStatus is status.tls: where clients find the CA, and the members' certificate.
+type TLSStatus struct {
+	CAConfigMap string `json:"caConfigMap,omitempty"`
+	NotAfter    string `json:"notAfter,omitempty"`
+	Serial      string `json:"serial,omitempty"`
+}
+
+// MembersView is what the last member pass of a cache found (package dataplane), for its status
+// (package status).
+type MembersView struct {
+	// Observed: the operator reads the members' servers. False for members it may not dial
+	// (outside --member-networks): their roles are the labels it set, never verified.
+	Observed bool
+	Primary  string
+	Members  []MemberStatus
+	// Degraded is the Degraded condition's reason and message ("" when whole or not observed).
+	Degraded, DegradedMessage string
+	// Live is the revision of the cache's live settings ("": no ConfigMap yet); LiveError why
+	// they cannot be applied at all (a ConfigMap that does not parse), LivePending why a member
+	// could not be given them (the first such error).
+	Live, LiveError, LivePending string
+	// Password is the revision of the clients' password the pass gave the members (0: none);
+	// PasswordPending why a member could not be given it (the first such error).
+	Password        int64
+	PasswordPending string
+	// LastFailover is the last change of primary this or an earlier process made (nil: none).
+	LastFailover *FailoverStatus
+	// DataLost, when set, says how the cache's data was lost (the DataLost condition).
+	DataLost string
+	// Refused, when set, is a command the members refused the operator (NOPERM, WRONGPASS, NOAUTH):
+	// what it could not do and the server's answer (the Degraded condition, ReasonOperatorRefused).
+	Refused string
+}
+
+// MemberStatus is one entry of status.members.
+type MemberStatus struct {
+	Name           string `json:"name"`
+	Role           string `json:"role"`
+	LagBytes       int64  `json:"lagBytes,omitempty"`
+	ConfigRevision string `json:"configRevision,omitempty"`
+	// PasswordRevision is the revision of the clients' password the member accepts.
+	PasswordRevision int64 `json:"passwordRevision,omitempty"`
+}
 
 // FailoverStatus is status.lastFailover: the last time the primary changed, as the operator did it.
 type FailoverStatus struct {

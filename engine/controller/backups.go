@@ -13,7 +13,6 @@ import (
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/backups"
-	"example.com/cache-operator/engine/dataplane"
 	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/status"
 )
@@ -67,7 +66,7 @@ func (c *Controller) resolveRestore(ctx context.Context, mc *unstructured.Unstru
 
 // backupStatus fills status.backup, status.restore (as advanceRestore left it) and the conditions
 // they bring.
-func (c *Controller) backupStatus(mc *unstructured.Unstructured, spec api.Spec, s *status.Status, view dataplane.View, viewOK bool) {
+func (c *Controller) backupStatus(mc *unstructured.Unstructured, spec api.Spec, s *api.Status, view api.MembersView, viewOK bool) {
 	s.Restore = api.RestoreStatusOf(mc)
 	if c.backups != nil {
 		b, cond := c.backups.Status(mc)
@@ -78,24 +77,14 @@ func (c *Controller) backupStatus(mc *unstructured.Unstructured, spec api.Spec, 
 			meta.RemoveStatusCondition(&s.Conditions, api.ConditionBackupsReady)
 		}
 	}
-	rs := s.Restore
-	if spec.Restore == nil || rs == nil || !rs.Resolved() {
-		return
-	}
-	gen := mc.GetGeneration()
-	switch rs.Phase {
-	case api.RestoreFailed:
-		s.SetReady(gen, false, api.ReasonRestoreFailed, "the restore failed; no member takes writes: "+rs.Message)
-	case api.RestoreRunning:
-		s.SetReady(gen, false, api.ReasonRestoring, "restoring "+rs.Location+": "+rs.Message)
-	}
+	status.ApplyRestore(s, spec, mc.GetGeneration())
 }
 
 // advanceRestore returns mc with status.restore moved on (backups.RestoreProgress: Completed
 // once the restored member is the primary the member pass observes, Failed with its restore
 // container's message), with an Event and the metric on each change; mc itself when nothing
 // moves. The status write of the pass carries it.
-func (c *Controller) advanceRestore(mc *unstructured.Unstructured, spec api.Spec, view dataplane.View, viewOK bool) *unstructured.Unstructured {
+func (c *Controller) advanceRestore(mc *unstructured.Unstructured, spec api.Spec, view api.MembersView, viewOK bool) *unstructured.Unstructured {
 	rs := api.RestoreStatusOf(mc)
 	if spec.Restore == nil || !rs.Resolved() || rs.Phase == api.RestoreCompleted {
 		return mc
@@ -161,7 +150,7 @@ func (c *Controller) cleanupBackups(ctx context.Context, mc *unstructured.Unstru
 	msg := fmt.Sprintf("%v; retrying with backoff. To release the cache and leave its backups in the bucket: kubectl patch managedcache %s -n %s --type=merge -p '{\"metadata\":{\"finalizers\":[]}}'",
 		err, mc.GetName(), mc.GetNamespace())
 	c.recorder.Eventf(mc, corev1.EventTypeWarning, api.ReasonCleanupFailed, "Deleting the backups: %s", msg)
-	st := status.Of(mc)
+	st := api.StatusOf(mc)
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: api.ConditionBackupsReady, Status: metav1.ConditionFalse,
 		Reason: api.ReasonCleanupFailed, Message: msg, ObservedGeneration: mc.GetGeneration()})
 	if werr := c.writeStatus(ctx, mc, st); werr != nil {

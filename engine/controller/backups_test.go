@@ -7,7 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"example.com/cache-operator/engine/api"
-	"example.com/cache-operator/engine/dataplane"
 	"example.com/cache-operator/engine/metrics"
 )
 
@@ -22,7 +21,7 @@ func TestRestoreOutcomeReportedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := api.Spec{Restore: &api.Restore{}}
-	view := dataplane.View{Observed: true, Primary: api.RestoreMember("restored")}
+	view := api.MembersView{Observed: true, Primary: api.RestoreMember("restored")}
 	completed := func() float64 {
 		return restoresCounted(t, mc.GetNamespace(), mc.GetName(), "completed")
 	}

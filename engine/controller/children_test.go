@@ -16,7 +16,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"example.com/cache-operator/engine/api"
-	"example.com/cache-operator/engine/status"
 )
 
 // Children that the create finds already there: someone else's, or ours before the informer
@@ -44,7 +43,7 @@ func TestChildOwnedByOtherIsNotAdopted(t *testing.T) {
 		t.Errorf("the foreign Service changed: %v %v", got, err)
 	}
 	live, _ := f.client.Resource(api.Resource).Namespace("shop").Get(context.Background(), "sessions", metav1.GetOptions{})
-	st := status.Of(live)
+	st := api.StatusOf(live)
 	if c := meta.FindStatusCondition(st.Conditions, api.ConditionReady); c == nil || c.Reason != "ServiceFailed" ||
 		!strings.Contains(c.Message, "Service/shop/sessions exists and is controlled by Deployment web") {
 		t.Errorf("Ready condition %+v, want ServiceFailed naming the Deployment", c)
@@ -77,7 +76,7 @@ func TestChildTheInformerHasNotSeenIsRetriedQuietly(t *testing.T) {
 		t.Errorf("Events %q; want no Warning for a cache that is behind", ev)
 	}
 	live, _ := f.client.Resource(api.Resource).Namespace("shop").Get(context.Background(), "sessions", metav1.GetOptions{})
-	if c := meta.FindStatusCondition(status.Of(live).Conditions, api.ConditionReady); c != nil && strings.HasSuffix(c.Reason, "Failed") {
+	if c := meta.FindStatusCondition(api.StatusOf(live).Conditions, api.ConditionReady); c != nil && strings.HasSuffix(c.Reason, "Failed") {
 		t.Errorf("Ready condition %+v; want no failure for a cache that is behind", c)
 	}
 }

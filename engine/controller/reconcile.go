@@ -19,7 +19,6 @@ import (
 
 	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/credentials"
-	"example.com/cache-operator/engine/dataplane"
 	"example.com/cache-operator/engine/informers"
 	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/ssa"
@@ -207,7 +206,7 @@ const outcomeVerified = "verified"
 
 // statusOfVerified finishes a reconcile whose children are as its last verified pass found them:
 // only the status is computed anew (from the StatefulSet's, which changes as pods come and go).
-func (c *Controller) statusOfVerified(ctx context.Context, mc *unstructured.Unstructured, spec api.Spec, pass verifiedPass, view dataplane.View, viewOK bool) error {
+func (c *Controller) statusOfVerified(ctx context.Context, mc *unstructured.Unstructured, spec api.Spec, pass verifiedPass, view api.MembersView, viewOK bool) error {
 	var sts *unstructured.Unstructured
 	if pass.sts >= 0 {
 		ch := pass.children[pass.sts]
@@ -229,7 +228,7 @@ func (c *Controller) statusOfVerified(ctx context.Context, mc *unstructured.Unst
 	st := status.New(mc, spec, c.opts.Render.ClusterDomain, status.Observed{StatefulSet: sts, View: view, ViewOK: viewOK})
 	status.ApplyPassword(&st, view, viewOK, credentials.Decision{}, mc.GetGeneration())
 	if spec.TLS {
-		st.TLS = status.Of(mc).TLS // the certificates are as the verified pass decided them
+		st.TLS = api.StatusOf(mc).TLS // the certificates are as the verified pass decided them
 	}
 	c.backupStatus(mc, spec, &st, view, viewOK)
 	if err := c.writeStatus(ctx, mc, st); err != nil {
@@ -345,7 +344,7 @@ func (c *Controller) createChild(ctx context.Context, mc, want *unstructured.Uns
 // statusProgressInterval has passed since it was first seen and since the cache's last status
 // write, and is then written with whatever came meanwhile: a cache whose pods come up one by one
 // gets one write for its Ready, not one per pod.
-func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructured, s status.Status) error {
+func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructured, s api.Status) error {
 	key := mc.GetNamespace() + "/" + mc.GetName()
 	updated, err := status.With(mc, s)
 	if err != nil || updated == nil {
@@ -354,7 +353,7 @@ func (c *Controller) writeStatus(ctx context.Context, mc *unstructured.Unstructu
 		}
 		return err
 	}
-	old := status.Of(mc)
+	old := api.StatusOf(mc)
 	changed := status.Changes(old, s)
 	if status.Progress(changed, status.IsReady(old) || status.IsReady(s)) {
 		if wait := c.statusWrites.wait(key, time.Now()); wait > 0 {

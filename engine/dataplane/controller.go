@@ -95,7 +95,7 @@ func New(client dynamic.Interface, set *informers.Set, recorder record.EventReco
 		loop: workloop.New(workloop.Options{Name: "members", Workers: opts.Workers, Grace: opts.ShutdownGrace,
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Second)}),
 		pool: member.NewGuardedPool(opts.MayWrite, opts.ClientName),
-		store: memberStore{views: map[string]View{}, memory: map[string]*roleMemory{},
+		store: memberStore{views: map[string]api.MembersView{}, memory: map[string]*roleMemory{},
 			labels: map[string]labelExpectation{}, deleted: map[string]types.UID{},
 			endpoints: map[string]time.Time{}, samples: map[string]metrics.CacheSample{}},
 	}
@@ -142,7 +142,7 @@ func (c *Controller) forget(key string) {
 
 // View returns what the last member pass of the cache key found (false: none has run since this
 // process started).
-func (c *Controller) View(key string) (View, bool) { return c.store.view(key) }
+func (c *Controller) View(key string) (api.MembersView, bool) { return c.store.view(key) }
 
 // Run runs member passes until ctx ends; passes in flight then get Options.ShutdownGrace to
 // finish their steps (a switchover in flight is finished or undone, not cut off after the old

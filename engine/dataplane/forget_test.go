@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"example.com/cache-operator/engine/api"
 	"example.com/cache-operator/engine/internal/workloop"
 	"example.com/cache-operator/engine/metrics"
 )
@@ -17,13 +18,13 @@ func TestForgottenByTheReconcilesLoop(t *testing.T) {
 	c := &Controller{
 		reconciles: reconciles,
 		loop:       workloop.New(workloop.Options{Name: "test-members"}),
-		store: memberStore{views: map[string]View{}, memory: map[string]*roleMemory{},
+		store: memberStore{views: map[string]api.MembersView{}, memory: map[string]*roleMemory{},
 			labels: map[string]labelExpectation{}, deleted: map[string]types.UID{},
 			endpoints: map[string]time.Time{}, samples: map[string]metrics.CacheSample{}},
 	}
 	reconciles.OnForget(c.forget)
 	for _, key := range []string{"shop/gone", "shop/kept"} {
-		c.publish(key, View{Primary: key + "-0"})
+		c.publish(key, api.MembersView{Primary: key + "-0"})
 		c.store.mem(key).lastPrimary = key + "-0"
 		c.store.setSample(key, metrics.CacheSample{Namespace: "shop"}, true)
 	}

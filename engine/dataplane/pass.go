@@ -51,7 +51,7 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		// relabelled, and no view stands for members that do not run (status.hibernation keeps
 		// the primary, which the pass elects again on resume).
 		c.store.setSample(key, metrics.CacheSample{}, false)
-		c.publish(key, View{})
+		c.publish(key, api.MembersView{})
 		mem := c.store.mem(key)
 		mem.unhealthySince, mem.lastPrimary = time.Time{}, ""
 		logger.V(3).Info("Member pass waits for an event", "why", "hibernating")
@@ -237,7 +237,7 @@ func (c *Controller) reportRefused(mc *unstructured.Unstructured, mem *roleMemor
 }
 
 // publish stores the view of a cache and, when it changed, has the cache's status rewritten.
-func (c *Controller) publish(key string, v View) {
+func (c *Controller) publish(key string, v api.MembersView) {
 	if c.store.setView(key, v) && c.reconciles != nil {
 		c.reconciles.Add(key)
 	}
@@ -332,7 +332,7 @@ func (c *Controller) syncUnobserved(ctx context.Context, mc *unstructured.Unstru
 		}
 		primary = first.Name
 	}
-	c.publish(key, View{Primary: primary})
+	c.publish(key, api.MembersView{Primary: primary})
 	if !allReady || updateRevision == "" {
 		return nil
 	}

@@ -64,7 +64,7 @@ type roleMemory struct {
 // wrote to pods that the informer may not show yet (by namespace/pod).
 type memberStore struct {
 	mu     sync.Mutex
-	views  map[string]View
+	views  map[string]api.MembersView
 	memory map[string]*roleMemory
 	// labels are role labels set but perhaps not yet seen; deleted are pods (by UID) deleted but
 	// perhaps not yet seen deleting. A pass that read the informer's older copy would undo its
@@ -141,7 +141,7 @@ func (s *memberStore) overlay(podKey string, uid types.UID, m *roles.Member) {
 	}
 }
 
-func (s *memberStore) view(key string) (View, bool) {
+func (s *memberStore) view(key string) (api.MembersView, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.views[key]
@@ -149,7 +149,7 @@ func (s *memberStore) view(key string) (View, bool) {
 }
 
 // setView stores v and reports whether it differs from what was stored.
-func (s *memberStore) setView(key string, v View) bool {
+func (s *memberStore) setView(key string, v api.MembersView) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.views[key]

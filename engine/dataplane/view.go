@@ -8,45 +8,9 @@ import (
 	"example.com/cache-operator/engine/roles"
 )
 
-// View is what the last member pass of a cache found, for its status.
-type View struct {
-	// Observed: the operator reads the members' servers. False for members it may not dial
-	// (outside --member-networks): their roles are the labels it set, never verified.
-	Observed bool
-	Primary  string
-	Members  []MemberStatus
-	// Degraded is the Degraded condition's reason and message ("" when whole or not observed).
-	Degraded, DegradedMessage string
-	// Live is the revision of the cache's live settings ("": no ConfigMap yet); LiveError why
-	// they cannot be applied at all (a ConfigMap that does not parse), LivePending why a member
-	// could not be given them (the first such error).
-	Live, LiveError, LivePending string
-	// Password is the revision of the clients' password the pass gave the members (0: none);
-	// PasswordPending why a member could not be given it (the first such error).
-	Password        int64
-	PasswordPending string
-	// LastFailover is the last change of primary this or an earlier process made (nil: none).
-	LastFailover *api.FailoverStatus
-	// DataLost, when set, says how the cache's data was lost (the DataLost condition).
-	DataLost string
-	// Refused, when set, is a command the members refused the operator (NOPERM, WRONGPASS, NOAUTH):
-	// what it could not do and the server's answer (the Degraded condition, api.ReasonOperatorRefused).
-	Refused string
-}
-
-// MemberStatus is one entry of status.members.
-type MemberStatus struct {
-	Name           string `json:"name"`
-	Role           string `json:"role"`
-	LagBytes       int64  `json:"lagBytes,omitempty"`
-	ConfigRevision string `json:"configRevision,omitempty"`
-	// PasswordRevision is the revision of the clients' password the member accepts.
-	PasswordRevision int64 `json:"passwordRevision,omitempty"`
-}
-
 // observedView is the status view of a member pass.
-func observedView(members []roles.Member, act roles.Action) View {
-	v := View{Observed: true, Degraded: act.Degraded, DegradedMessage: act.DegradedMessage}
+func observedView(members []roles.Member, act roles.Action) api.MembersView {
+	v := api.MembersView{Observed: true, Degraded: act.Degraded, DegradedMessage: act.DegradedMessage}
 	var primaryOffset int64 = -1
 	var primaryID string
 	for _, m := range members {
@@ -56,7 +20,7 @@ func observedView(members []roles.Member, act roles.Action) View {
 		}
 	}
 	for _, m := range members {
-		s := MemberStatus{Name: m.Name, Role: "unknown", ConfigRevision: m.ConfigRevision, PasswordRevision: m.PasswordRevision}
+		s := api.MemberStatus{Name: m.Name, Role: "unknown", ConfigRevision: m.ConfigRevision, PasswordRevision: m.PasswordRevision}
 		if m.ConfigError != "" && v.LivePending == "" {
 			v.LivePending = m.Name + ": " + m.ConfigError
 		}
@@ -78,7 +42,7 @@ func observedView(members []roles.Member, act roles.Action) View {
 
 // sampleOf is the per-member metrics' sample of a member pass: v is its view (whose Primary is
 // the member serving as primary, "" when none does).
-func sampleOf(ns, name string, members []roles.Member, v View, last *api.FailoverStatus) metrics.CacheSample {
+func sampleOf(ns, name string, members []roles.Member, v api.MembersView, last *api.FailoverStatus) metrics.CacheSample {
 	c := metrics.CacheSample{Namespace: ns, Cache: name}
 	if last != nil {
 		if t, err := time.Parse(time.RFC3339, last.Time); err == nil {

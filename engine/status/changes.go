@@ -8,11 +8,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"example.com/cache-operator/engine/api"
 )
 
 // Changes names what differs between two statuses: a field's JSON name, or a condition's
 // type with what changed in it ("Ready.status", "Ready.message").
-func Changes(old, cur Status) []string {
+func Changes(old, cur api.Status) []string {
 	var out []string
 	for _, f := range []struct {
 		name string

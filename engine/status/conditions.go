@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"example.com/cache-operator/engine/credentials"
-	"example.com/cache-operator/engine/dataplane"
 )
 
 // The status conditions of a ManagedCache, each decided in one place: Ready (New, from the
@@ -19,7 +18,7 @@ import (
 
 // applyMemberView sets what the member pass found in s: primary, members, the read endpoint and
 // the Degraded condition.
-func applyMemberView(s *Status, v dataplane.View, ok bool, generation int64) {
+func applyMemberView(s *api.Status, v api.MembersView, ok bool, generation int64) {
 	if !ok {
 		// No member pass has run yet (a new cache, or a new leader): what status says stands.
 		return
@@ -52,7 +51,7 @@ func applyMemberView(s *Status, v dataplane.View, ok bool, generation int64) {
 
 // applyDataLost sets DataLost from a pass that saw the loss, and removes it once the spec changed
 // since it was set.
-func applyDataLost(s *Status, v dataplane.View, generation int64) {
+func applyDataLost(s *api.Status, v api.MembersView, generation int64) {
 	if v.DataLost != "" {
 		if c := meta.FindStatusCondition(s.Conditions, api.ConditionDataLost); c == nil || c.Message != v.DataLost {
 			meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: api.ConditionDataLost, Status: metav1.ConditionTrue,
@@ -67,7 +66,7 @@ func applyDataLost(s *Status, v dataplane.View, generation int64) {
 
 // applyLiveCondition sets ConfigApplied from a member pass's view: True when every member has the
 // live settings' revision, False naming those that have not and why.
-func applyLiveCondition(s *Status, v dataplane.View, generation int64) {
+func applyLiveCondition(s *api.Status, v api.MembersView, generation int64) {
 	if v.Live == "" {
 		meta.RemoveStatusCondition(&s.Conditions, api.ConditionConfigApplied)
 		return
@@ -98,7 +97,7 @@ func applyLiveCondition(s *Status, v dataplane.View, generation int64) {
 // members keep the accepted one), else from the member pass: True when every member accepts the
 // password of the current revision (and, during an overlap, the previous one), False naming those
 // that do not yet.
-func ApplyPassword(s *Status, v dataplane.View, viewOK bool, d credentials.Decision, generation int64) {
+func ApplyPassword(s *api.Status, v api.MembersView, viewOK bool, d credentials.Decision, generation int64) {
 	cond := metav1.Condition{Type: api.ConditionPasswordApplied, ObservedGeneration: generation}
 	switch {
 	case d.Rejected != "":
@@ -131,4 +130,19 @@ func ApplyPassword(s *Status, v dataplane.View, viewOK bool, d credentials.Decis
 		}
 	}
 	meta.SetStatusCondition(&s.Conditions, cond)
+}
+
+// ApplyRestore sets Ready from a restore that has not completed (s.Restore): no member takes
+// writes while it runs, nor after it failed.
+func ApplyRestore(s *api.Status, spec api.Spec, generation int64) {
+	rs := s.Restore
+	if spec.Restore == nil || rs == nil || !rs.Resolved() {
+		return
+	}
+	switch rs.Phase {
+	case api.RestoreFailed:
+		s.SetReady(generation, false, api.ReasonRestoreFailed, "the restore failed; no member takes writes: "+rs.Message)
+	case api.RestoreRunning:
+		s.SetReady(generation, false, api.ReasonRestoring, "restoring "+rs.Location+": "+rs.Message)
+	}
 }

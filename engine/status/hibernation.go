@@ -21,7 +21,7 @@ import (
 //     they have; status.primary and status.members are cleared then (no member runs).
 //   - Resuming: the record stays (the member pass elects its primary again) until the cache is
 //     Ready with a primary; then the record and the condition go.
-func applyHibernation(s *Status, spec api.Spec, lastPrimary string, generation, running int64, now time.Time) {
+func applyHibernation(s *api.Status, spec api.Spec, lastPrimary string, generation, running int64, now time.Time) {
 	if spec.Hibernate {
 		if s.Hibernation == nil {
 			s.Hibernation = &api.HibernationStatus{Primary: lastPrimary, Since: now.UTC().Format(time.RFC3339)}
@@ -60,7 +60,7 @@ func orNone(member string) string {
 }
 
 // HibernationEvents records an Event for each step of a hibernation a status write made.
-func HibernationEvents(recorder record.EventRecorder, mc *unstructured.Unstructured, old, cur Status) {
+func HibernationEvents(recorder record.EventRecorder, mc *unstructured.Unstructured, old, cur api.Status) {
 	was, is := meta.FindStatusCondition(old.Conditions, api.ConditionHibernated), meta.FindStatusCondition(cur.Conditions, api.ConditionHibernated)
 	reason := func(c *metav1.Condition) string {
 		if c == nil {

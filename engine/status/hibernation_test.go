@@ -12,7 +12,7 @@ import (
 // The status of each step of a hibernation: stopping, stopped, resuming, resumed.
 func TestApplyHibernation(t *testing.T) {
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	var s Status
+	var s api.Status
 	s.Primary = "c-2"
 	s.SetReady(1, true, api.ReasonAllReplicasReady, "3/3")
 	applyHibernation(&s, api.Spec{Replicas: 3, Hibernate: true}, "c-2", 2, 2, now)

@@ -15,8 +15,6 @@ import (
 
 	"example.com/cache-operator/engine/cachetls"
 
-	"example.com/cache-operator/engine/dataplane"
-
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -26,58 +24,12 @@ import (
 	"example.com/cache-operator/engine/api"
 )
 
-// Status is the status of a ManagedCache, as the CRD declares it.
-type Status struct {
-	Conditions         []metav1.Condition       `json:"conditions,omitempty"`
-	ReadyReplicas      int64                    `json:"readyReplicas"`
-	Endpoint           string                   `json:"endpoint,omitempty"`
-	ReadEndpoint       string                   `json:"readEndpoint,omitempty"`
-	Primary            string                   `json:"primary,omitempty"`
-	Members            []dataplane.MemberStatus `json:"members,omitempty"`
-	Selector           string                   `json:"selector,omitempty"`
-	TLS                *TLS                     `json:"tls,omitempty"`
-	Backup             *api.BackupStatus        `json:"backup,omitempty"`
-	Restore            *api.RestoreStatus       `json:"restore,omitempty"`
-	LastFailover       *api.FailoverStatus      `json:"lastFailover,omitempty"`
-	Hibernation        *api.HibernationStatus   `json:"hibernation,omitempty"`
-	ObservedGeneration int64                    `json:"observedGeneration,omitempty"`
-}
-
-// TLS is status.tls: where clients find the CA, and the members' certificate.
-type TLS struct {
-	CAConfigMap string `json:"caConfigMap,omitempty"`
-	NotAfter    string `json:"notAfter,omitempty"`
-	Serial      string `json:"serial,omitempty"`
-}
-
 // TLSOf is status.tls of a cache from the reconcile's certificate decision (nil without TLS).
-func TLSOf(mc *unstructured.Unstructured, spec api.Spec, d cachetls.Decision) *TLS {
+func TLSOf(mc *unstructured.Unstructured, spec api.Spec, d cachetls.Decision) *api.TLSStatus {
 	if !spec.TLS || d.Serial == "" {
 		return nil
 	}
-	return &TLS{CAConfigMap: api.CAConfigMapName(mc.GetName()), NotAfter: d.NotAfter.UTC().Format(time.RFC3339), Serial: d.Serial}
-}
-
-// Of reads the status of mc; a malformed status reads as empty (it is rewritten whole).
-func Of(mc *unstructured.Unstructured) Status {
-	var s Status
-	if raw, ok := mc.Object["status"].(map[string]interface{}); ok {
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &s); err != nil {
-			return Status{}
-		}
-	}
-	return s
-}
-
-// SetReady sets the Ready condition; lastTransitionTime moves only when the status flips.
-func (s *Status) SetReady(generation int64, ready bool, reason, message string) {
-	status := metav1.ConditionFalse
-	if ready {
-		status = metav1.ConditionTrue
-	}
-	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
-		Type: api.ConditionReady, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
-	})
+	return &api.TLSStatus{CAConfigMap: api.CAConfigMapName(mc.GetName()), NotAfter: d.NotAfter.UTC().Format(time.RFC3339), Serial: d.Serial}
 }
 
 // Observed is what a reconcile saw of a cache besides the cache itself.
@@ -87,7 +39,7 @@ type Observed struct {
 	// Resizing is the StorageResizing condition; nil removes it.
 	Resizing *metav1.Condition
 	// View is what the last member pass found; ViewOK says there was one.
-	View   dataplane.View
+	View   api.MembersView
 	ViewOK bool
 	// FailReason and FailMessage, when set, are the reason and message of the first child that
 	// could not be applied.
@@ -95,9 +47,9 @@ type Observed struct {
 }
 
 // New computes the status of mc from what the reconcile saw.
-func New(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, o Observed) Status {
+func New(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, o Observed) api.Status {
 	sts, failReason, failMessage := o.StatefulSet, o.FailReason, o.FailMessage
-	s := Of(mc)
+	s := api.StatusOf(mc)
 	lastPrimary := s.Primary
 	gen := mc.GetGeneration()
 	s.ObservedGeneration = gen
@@ -150,16 +102,16 @@ func New(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, o O
 
 // Invalid is the status of a cache whose spec or templates cannot be rendered (or whose restore
 // source is not there yet): Ready False with reason and message, the rest as mc has it.
-func Invalid(mc *unstructured.Unstructured, reason, message string) Status {
-	s := Of(mc)
+func Invalid(mc *unstructured.Unstructured, reason, message string) api.Status {
+	s := api.StatusOf(mc)
 	s.ObservedGeneration = mc.GetGeneration()
 	s.SetReady(mc.GetGeneration(), false, reason, message)
 	return s
 }
 
 // With returns a copy of mc carrying s, or nil when s is what mc already has.
-func With(mc *unstructured.Unstructured, s Status) (*unstructured.Unstructured, error) {
-	if reflect.DeepEqual(Of(mc), s) {
+func With(mc *unstructured.Unstructured, s api.Status) (*unstructured.Unstructured, error) {
+	if reflect.DeepEqual(api.StatusOf(mc), s) {
 		return nil, nil
 	}
 	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&s)
@@ -173,10 +125,10 @@ func With(mc *unstructured.Unstructured, s Status) (*unstructured.Unstructured, 
 
 // Condition returns the condition of type t in mc's status, or nil.
 func Condition(mc *unstructured.Unstructured, t string) *metav1.Condition {
-	return meta.FindStatusCondition(Of(mc).Conditions, t)
+	return meta.FindStatusCondition(api.StatusOf(mc).Conditions, t)
 }
 
 // IsReady reports whether a status says Ready.
-func IsReady(s Status) bool {
+func IsReady(s api.Status) bool {
 	return meta.IsStatusConditionTrue(s.Conditions, api.ConditionReady)
 }

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"example.com/cache-operator/engine/api"
-	"example.com/cache-operator/engine/dataplane"
 	"example.com/cache-operator/engine/internal/testobj"
 )
 
@@ -42,7 +41,7 @@ func TestStatus(t *testing.T) {
 		{"rolling", sts(3, 3, 2), false, 3, api.ReasonWaitingForReplicas},
 		{"scaling down from 5", sts(5, 5, 5), false, 3, api.ReasonWaitingForReplicas},
 	} {
-		s := New(mc, spec, api.DefaultClusterDomain, Observed{StatefulSet: tc.sts, View: dataplane.View{Primary: "sessions-0"}, ViewOK: true})
+		s := New(mc, spec, api.DefaultClusterDomain, Observed{StatefulSet: tc.sts, View: api.MembersView{Primary: "sessions-0"}, ViewOK: true})
 		c := meta.FindStatusCondition(s.Conditions, api.ConditionReady)
 		if (c.Status == metav1.ConditionTrue) != tc.ready || c.Reason != tc.reason || s.ReadyReplicas != tc.readyMembers {
 			t.Errorf("%s: Ready %s/%s (%s), readyReplicas %d; want ready %v, %s, %d", tc.name, c.Status, c.Reason, c.Message,
@@ -59,23 +58,23 @@ func TestStatus(t *testing.T) {
 		viewOK bool
 		reason string
 	}{{"the member pass found no primary", true, api.ReasonNoPrimary}, {"no member pass yet", false, api.ReasonWaitingForReplicas}} {
-		s := New(mc, spec, api.DefaultClusterDomain, Observed{StatefulSet: sts(3, 3, 3), View: dataplane.View{}, ViewOK: tc.viewOK})
+		s := New(mc, spec, api.DefaultClusterDomain, Observed{StatefulSet: sts(3, 3, 3), View: api.MembersView{}, ViewOK: tc.viewOK})
 		if c := meta.FindStatusCondition(s.Conditions, api.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != tc.reason {
 			t.Errorf("%s: Ready %s/%s (%s); want False/%s", tc.name, c.Status, c.Reason, c.Message, tc.reason)
 		}
 	}
 	// A status that is already right is not written again; lastTransitionTime stays.
-	s := New(mc, spec, api.DefaultClusterDomain, Observed{StatefulSet: sts(3, 3, 3), View: dataplane.View{Primary: "sessions-0"}, ViewOK: true})
+	s := New(mc, spec, api.DefaultClusterDomain, Observed{StatefulSet: sts(3, 3, 3), View: api.MembersView{Primary: "sessions-0"}, ViewOK: true})
 	updated, err := With(mc, s)
 	if err != nil || updated == nil {
 		t.Fatalf("first status: %v", err)
 	}
-	again := New(updated, spec, api.DefaultClusterDomain, Observed{StatefulSet: sts(3, 3, 3), View: dataplane.View{Primary: "sessions-0"}, ViewOK: true})
+	again := New(updated, spec, api.DefaultClusterDomain, Observed{StatefulSet: sts(3, 3, 3), View: api.MembersView{Primary: "sessions-0"}, ViewOK: true})
 	if u, _ := With(updated, again); u != nil {
 		t.Error("an unchanged status would be written again")
 	}
 	// A new leader, before its first member pass, keeps what status says: nothing to write.
-	if u, _ := With(updated, New(updated, spec, api.DefaultClusterDomain, Observed{StatefulSet: sts(3, 3, 3), View: dataplane.View{}, ViewOK: false})); u != nil {
+	if u, _ := With(updated, New(updated, spec, api.DefaultClusterDomain, Observed{StatefulSet: sts(3, 3, 3), View: api.MembersView{}, ViewOK: false})); u != nil {
 		t.Errorf("before the first member pass, status would be rewritten: %v", u.Object["status"])
 	}
 }
@@ -83,7 +82,7 @@ func TestStatus(t *testing.T) {
 // Progress (the ready count, members, a message) can wait for the pace; a user-facing change (a
 // condition's status or reason, the generation, a Ready cache's primary) cannot.
 func TestProgress(t *testing.T) {
-	base := Status{ObservedGeneration: 1, ReadyReplicas: 1, Primary: "c-0"}
+	base := api.Status{ObservedGeneration: 1, ReadyReplicas: 1, Primary: "c-0"}
 	base.SetReady(1, false, api.ReasonWaitingForReplicas, "1/3 replicas ready")
 	moved := base
 	moved.Conditions = append([]metav1.Condition(nil), base.Conditions...)
@@ -98,7 +97,7 @@ func TestProgress(t *testing.T) {
 	newPrimary.Primary = "c-1"
 	for _, tc := range []struct {
 		name string
-		cur  Status
+		cur  api.Status
 		want bool
 	}{{"ready count and message", moved, false}, {"Ready flips", ready, true}, {"generation", newGen, true},
 		{"primary of a cache not Ready", newPrimary, false}} {
@@ -125,26 +124,26 @@ func TestProgress(t *testing.T) {
 // naming those that have not (with the first error) or saying the settings do not parse, and
 // absent when no member pass has seen a ConfigMap.
 func TestLiveSettingsCondition(t *testing.T) {
-	members := func(revs ...string) []dataplane.MemberStatus {
-		var out []dataplane.MemberStatus
+	members := func(revs ...string) []api.MemberStatus {
+		var out []api.MemberStatus
 		for i, r := range revs {
-			out = append(out, dataplane.MemberStatus{Name: fmt.Sprintf("c-%d", i), Role: api.RoleReplica, ConfigRevision: r})
+			out = append(out, api.MemberStatus{Name: fmt.Sprintf("c-%d", i), Role: api.RoleReplica, ConfigRevision: r})
 		}
 		return out
 	}
 	for _, tc := range []struct {
 		name                  string
-		view                  dataplane.View
+		view                  api.MembersView
 		status, reason, inMsg string
 	}{
-		{"applied", dataplane.View{Observed: true, Live: "abc", Members: members("abc", "abc")}, "True", api.ReasonLiveSettingsApplied, "revision abc"},
-		{"pending", dataplane.View{Observed: true, Live: "abc", LivePending: "c-1: CONFIG SET maxmemory: boom", Members: members("abc", "old")},
+		{"applied", api.MembersView{Observed: true, Live: "abc", Members: members("abc", "abc")}, "True", api.ReasonLiveSettingsApplied, "revision abc"},
+		{"pending", api.MembersView{Observed: true, Live: "abc", LivePending: "c-1: CONFIG SET maxmemory: boom", Members: members("abc", "old")},
 			"False", api.ReasonLiveSettingsPending, "c-1 not yet at the live settings of revision abc (c-1: CONFIG SET maxmemory: boom)"},
-		{"invalid", dataplane.View{Observed: true, Live: "abc", LiveError: `line 1: "maxmemory" has no value`, Members: members("", "")},
+		{"invalid", api.MembersView{Observed: true, Live: "abc", LiveError: `line 1: "maxmemory" has no value`, Members: members("", "")},
 			"False", api.ReasonLiveSettingsInvalid, "do not parse"},
-		{"no ConfigMap yet", dataplane.View{Observed: true, Members: members("", "")}, "", "", ""},
+		{"no ConfigMap yet", api.MembersView{Observed: true, Members: members("", "")}, "", "", ""},
 	} {
-		var s Status
+		var s api.Status
 		applyMemberView(&s, tc.view, true, 1)
 		cond := meta.FindStatusCondition(s.Conditions, api.ConditionConfigApplied)
 		switch {
@@ -162,9 +161,9 @@ func TestLiveSettingsCondition(t *testing.T) {
 // Every field of the status is named by Changes: one the list forgot would read as no change at
 // all, paced, and logged as "changed: []".
 func TestChangesNameEveryField(t *testing.T) {
-	typ := reflect.TypeOf(Status{})
+	typ := reflect.TypeOf(api.Status{})
 	for i := 0; i < typ.NumField(); i++ {
-		var cur Status
+		var cur api.Status
 		f := reflect.ValueOf(&cur).Elem().Field(i)
 		switch f.Kind() {
 		case reflect.Pointer:
@@ -178,7 +177,7 @@ func TestChangesNameEveryField(t *testing.T) {
 		default:
 			t.Fatalf("field %s of kind %s: teach this test to change it", typ.Field(i).Name, f.Kind())
 		}
-		if got := Changes(Status{}, cur); len(got) == 0 {
+		if got := Changes(api.Status{}, cur); len(got) == 0 {
 			t.Errorf("a change of status field %s is not named by Changes", typ.Field(i).Name)
 		}
 	}
