@@ -38,26 +38,46 @@ type MemberSample struct {
 	EvictedKeys, ExpiredKeys, Clients, Keys int64
 }
 
+// The per-member series' names and labels: the plugin reads them back from /metrics by these.
+const (
+	MemberUp               = "cache_operator_member_up"
+	MemberRole             = "cache_operator_member_role"
+	MemberOffset           = "cache_operator_member_replication_offset_bytes"
+	MemberLag              = "cache_operator_member_replication_lag_bytes"
+	MemberLinkUp           = "cache_operator_member_link_up"
+	MemberMemoryUsed       = "cache_operator_member_memory_used_bytes"
+	MemberMemoryMax        = "cache_operator_member_memory_max_bytes"
+	MemberEvictedKeys      = "cache_operator_member_evicted_keys_total"
+	MemberExpiredKeys      = "cache_operator_member_expired_keys_total"
+	MemberConnectedClients = "cache_operator_member_connected_clients"
+	MemberKeys             = "cache_operator_member_keys"
+	MemberLastFailover     = "cache_operator_member_last_failover_timestamp_seconds"
+
+	LabelNamespace = "namespace"
+	LabelCache     = "cache"
+	LabelMember    = "member"
+)
+
 // The per-member series. Labels: namespace, cache, member (and role for the role series): no
 // label per key or client, so a cache of n members adds a fixed number of series per member.
 var (
-	memberLabels     = []string{"namespace", "cache", "member"}
-	memberUpDesc     = memberDesc("up", "1 when the operator's last member pass read the member's server (INFO), else 0.")
-	memberRoleDesc   = prometheus.NewDesc("cache_operator_member_role", "The member's role as its server reports it: 1 on the series of its role (primary or replica), 0 on the other; both 0 while it cannot be read.", append(memberLabels[:3:3], "role"), nil)
-	memberOffsetDesc = memberDesc("replication_offset_bytes", "The member's replication offset (master_repl_offset on the primary, slave_repl_offset on a replica).")
-	memberLagDesc    = memberDesc("replication_lag_bytes", "How far the member is behind the primary's offset, in bytes (0 on the primary); absent when it is on another replication history or there is no primary.")
-	memberLinkDesc   = memberDesc("link_up", "On a replica: 1 when its link to the primary is up and no sync is in progress, else 0.")
-	memberUsedDesc   = memberDesc("memory_used_bytes", "used_memory: the bytes the server's allocator holds.")
-	memberMaxDesc    = memberDesc("memory_max_bytes", "maxmemory: the limit the eviction policy keeps used memory under (0: none).")
-	memberEvictDesc  = memberDesc("evicted_keys_total", "Keys evicted to stay under maxmemory since the server started.")
-	memberExpireDesc = memberDesc("expired_keys_total", "Keys removed on their expiry since the server started.")
-	memberConnsDesc  = memberDesc("connected_clients", "Client connections, the operator's own included.")
-	memberKeysDesc   = memberDesc("keys", "Keys in every database of the member.")
-	lastFailoverDesc = prometheus.NewDesc("cache_operator_member_last_failover_timestamp_seconds", "When the primary of the cache last changed (Unix seconds), on the series of the member that became primary; kind is failover (the primary was gone) or switchover (a planned handover). Kept in the cache's status.lastFailover.", append(memberLabels[:3:3], "kind"), nil)
+	memberLabels     = []string{LabelNamespace, LabelCache, LabelMember}
+	memberUpDesc     = memberDesc(MemberUp, "1 when the operator's last member pass read the member's server (INFO), else 0.")
+	memberRoleDesc   = prometheus.NewDesc(MemberRole, "The member's role as its server reports it: 1 on the series of its role (primary or replica), 0 on the other; both 0 while it cannot be read.", append(memberLabels[:3:3], "role"), nil)
+	memberOffsetDesc = memberDesc(MemberOffset, "The member's replication offset (master_repl_offset on the primary, slave_repl_offset on a replica).")
+	memberLagDesc    = memberDesc(MemberLag, "How far the member is behind the primary's offset, in bytes (0 on the primary); absent when it is on another replication history or there is no primary.")
+	memberLinkDesc   = memberDesc(MemberLinkUp, "On a replica: 1 when its link to the primary is up and no sync is in progress, else 0.")
+	memberUsedDesc   = memberDesc(MemberMemoryUsed, "used_memory: the bytes the server's allocator holds.")
+	memberMaxDesc    = memberDesc(MemberMemoryMax, "maxmemory: the limit the eviction policy keeps used memory under (0: none).")
+	memberEvictDesc  = memberDesc(MemberEvictedKeys, "Keys evicted to stay under maxmemory since the server started.")
+	memberExpireDesc = memberDesc(MemberExpiredKeys, "Keys removed on their expiry since the server started.")
+	memberConnsDesc  = memberDesc(MemberConnectedClients, "Client connections, the operator's own included.")
+	memberKeysDesc   = memberDesc(MemberKeys, "Keys in every database of the member.")
+	lastFailoverDesc = prometheus.NewDesc(MemberLastFailover, "When the primary of the cache last changed (Unix seconds), on the series of the member that became primary; kind is failover (the primary was gone) or switchover (a planned handover). Kept in the cache's status.lastFailover.", append(memberLabels[:3:3], "kind"), nil)
 )
 
 func memberDesc(name, help string) *prometheus.Desc {
-	return prometheus.NewDesc("cache_operator_member_"+name, help, memberLabels, nil)
+	return prometheus.NewDesc(name, help, memberLabels, nil)
 }
 
 type memberCollector struct {

@@ -11,9 +11,11 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"example.com/cache-operator/engine/metrics"
 )
 
-// figures are one member's series from the operator's /metrics (cache_operator_member_*).
+// figures are one member's series from the operator's /metrics (package metrics' Member* names).
 type figures struct {
 	up                                bool
 	lag                               float64
@@ -35,9 +37,20 @@ func (c *client) memberFigures(ctx context.Context, ns, name string) (map[string
 	if err != nil {
 		return nil, fmt.Sprintf("the operator's metrics (%s) do not parse: %v", where, err)
 	}
+	// Each series this reads, by the name package metrics exports it under.
+	set := map[string]func(*figures, float64){
+		metrics.MemberUp:               func(f *figures, v float64) { f.up = v == 1 },
+		metrics.MemberLag:              func(f *figures, v float64) { f.lag, f.hasLag = v, true },
+		metrics.MemberMemoryUsed:       func(f *figures, v float64) { f.used = v },
+		metrics.MemberMemoryMax:        func(f *figures, v float64) { f.max = v },
+		metrics.MemberKeys:             func(f *figures, v float64) { f.keys = v },
+		metrics.MemberConnectedClients: func(f *figures, v float64) { f.clients = v },
+		metrics.MemberEvictedKeys:      func(f *figures, v float64) { f.evicted = v },
+		metrics.MemberLinkUp:           func(f *figures, v float64) { f.linkUp, f.hasLink = v, true },
+	}
 	out := map[string]*figures{}
 	for fname, f := range fams {
-		field, ok := strings.CutPrefix(fname, "cache_operator_member_")
+		apply, ok := set[fname]
 		if !ok {
 			continue
 		}
@@ -46,33 +59,16 @@ func (c *client) memberFigures(ctx context.Context, ns, name string) (map[string
 			for _, lp := range m.GetLabel() {
 				l[lp.GetName()] = lp.GetValue()
 			}
-			if l["namespace"] != ns || l["cache"] != name || l["member"] == "" {
+			member := l[metrics.LabelMember]
+			if l[metrics.LabelNamespace] != ns || l[metrics.LabelCache] != name || member == "" {
 				continue
 			}
-			fig := out[l["member"]]
+			fig := out[member]
 			if fig == nil {
 				fig = &figures{}
-				out[l["member"]] = fig
+				out[member] = fig
 			}
-			v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
-			switch field {
-			case "up":
-				fig.up = v == 1
-			case "replication_lag_bytes":
-				fig.lag, fig.hasLag = v, true
-			case "memory_used_bytes":
-				fig.used = v
-			case "memory_max_bytes":
-				fig.max = v
-			case "keys":
-				fig.keys = v
-			case "connected_clients":
-				fig.clients = v
-			case "evicted_keys_total":
-				fig.evicted = v
-			case "link_up":
-				fig.linkUp, fig.hasLink = v, true
-			}
+			apply(fig, m.GetGauge().GetValue()+m.GetCounter().GetValue())
 		}
 	}
 	if len(out) == 0 {
