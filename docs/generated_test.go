@@ -122,7 +122,7 @@ func TestMetricsDocumented(t *testing.T) {
 }
 
 // packageMap is the table of every Go package of the repository (the operator's module and the
-// local cluster's modules under hack/), each with the first sentence of its package comment: the
+// local cluster's modules under localcluster/, helm's under hack/), each with the first sentence of its package comment: the
 // map a newcomer reads in docs/architecture.md.
 func packageMap() string {
 	var rows []string
