@@ -88,13 +88,8 @@ test-unit: ## unit and golden-file tests (no cluster), the operator's and the no
 	$(GO) test $(GO_TEST_FLAGS) ./...
 	cd localcluster/node && $(GO) vet ./... && $(GO) test $(GO_TEST_FLAGS) ./...
 
-test-e2e: cluster-bin helm ## end-to-end tests on a fresh cluster cache-test (deleted afterwards)
-	@$(TEST_CLUSTER) localcluster/cluster.sh down >/dev/null
-	@rm -rf $(TEST_OBJECTSTORE)
-	@$(TEST_CLUSTER) localcluster/cluster.sh up
-	$(E2E_ENV) $(GO) test $(GO_TEST_FLAGS) -p 1 -timeout 60m -v ./e2e/... ./bench/
-	$(E2E_ENV) CACHE_E2E_LIFECYCLE=1 $(GO) test $(GO_TEST_FLAGS) -v -run TestRestoreIntoAFreshCluster ./e2e/lifecycle/
-	$(E2E_ENV) CACHE_E2E_LIFECYCLE=1 $(GO) test $(GO_TEST_FLAGS) -v -run TestClusterLifecycle ./e2e/lifecycle/
+test-e2e: cluster-bin helm ## end-to-end tests on two fresh clusters side by side, cache-test and cache-test2 (deleted afterwards); see hack/e2e.sh
+	@GO_TEST_FLAGS="$(GO_TEST_FLAGS)" hack/e2e.sh
 
 FAULTS ?= 60
 SEED ?=

@@ -23,7 +23,7 @@ func TestClusterRefusesForeignRoutes(t *testing.T) {
 		refused     bool
 	}{
 		{"no route", "true", false},
-		{"the script's own", "ip link add cachenet0 type veth peer name cachenet0p && ip link set cachenet0 up && ip addr add 198.19.127.1/30 dev cachenet0 && ip route add 198.18.0.0/17 via 198.19.127.2", false},
+		{"the script's own", "ip link add cachenet0 type veth peer name cachenet0p && ip link set cachenet0 up && ip addr add 198.19.63.1/30 dev cachenet0 && ip route add 198.18.0.0/18 via 198.19.63.2", false},
 		{"another's inside the pod range", "ip link add vpn0 type veth peer name vpn0p && ip link set vpn0 up && ip route add 198.18.5.0/24 dev vpn0", true},
 		{"another's covering it", "ip link add lab0 type veth peer name lab0p && ip link set lab0 up && ip route add 198.18.0.0/15 dev lab0", true},
 		{"another's in the service range", "ip link add vpn0 type veth peer name vpn0p && ip link set vpn0 up && ip route add 198.19.0.0/24 dev vpn0", true},

@@ -18,12 +18,13 @@
 #   cluster.sh objectstore-env   print the store's endpoint, bucket and keys as shell assignments
 #
 # Network (all of it on this machine, from 198.18.0.0/15, RFC 2544's benchmarking range). Cluster
-# index k (CLUSTER_NET_INDEX; cache-dev 0, cache-test 1) picks a disjoint half, so both clusters run
-# side by side:
-#   198.18.(128k).0/17      pod network: bridge br0 at .1 (the pods' gateway and CoreDNS)
-#   198.18.(128k+1+i).0/24  podCIDR of real node i
-#   198.19.(128k).0/18      Service ClusterIPs (kube-proxy, iptables mode)
-#   198.19.(128k+127).0/30  link between this machine (.1, the API server's advertise address) and
+# index k (CLUSTER_NET_INDEX 0-3; by name: cache-dev 0, cache-test 1, cache-test2 2, cache-bench 3)
+# picks a disjoint quarter, so that up to four clusters run side by side (make up's, and make test's
+# two):
+#   198.18.(64k).0/18       pod network: bridge br0 at .1 (the pods' gateway and CoreDNS)
+#   198.18.(64k+1+i).0/24   podCIDR of real node i
+#   198.19.(64k).0/19       Service ClusterIPs (kube-proxy, iptables mode)
+#   198.19.(64k+63).0/30    link between this machine (.1, the API server's advertise address) and
 #                           the cluster's network namespace <name>-net (.2), which holds the bridge,
 #                           kube-proxy's rules and CoreDNS, and has no route off the machine.
 #
@@ -89,15 +90,15 @@ objectstore_dir=${OBJECTSTORE_DIR:-$state/objectstore}
 objectstore_port=9000
 objectstore_bucket=cache-backups
 # --- the cluster's network -------------------------------------------------------------------
-case $name in cache-dev) def_index=0 ;; cache-test) def_index=1 ;; *) def_index=0 ;; esac
+case $name in cache-dev) def_index=0 ;; cache-test) def_index=1 ;; cache-test2) def_index=2 ;; cache-bench) def_index=3 ;; *) def_index=0 ;; esac
 net_index=${CLUSTER_NET_INDEX:-$def_index}
-[[ $net_index == 0 || $net_index == 1 ]] || { log "CLUSTER_NET_INDEX must be 0 or 1"; exit 2; }
-base=$((net_index * 128))
-pod_net=198.18.$base.0/17
+[[ $net_index =~ ^[0-3]$ ]] || { log "CLUSTER_NET_INDEX must be 0, 1, 2 or 3"; exit 2; }
+base=$((net_index * 64))
+pod_net=198.18.$base.0/18
 gateway=198.18.$base.1
-svc_net=198.19.$base.0/18
-link_host=198.19.$((base + 127)).1 # this machine's end: the API server's advertise address
-link_peer=198.19.$((base + 127)).2
+svc_net=198.19.$base.0/19
+link_host=198.19.$((base + 63)).1 # this machine's end: the API server's advertise address
+link_peer=198.19.$((base + 63)).2
 netns=$name-net
 host_veth=cachenet$net_index
 real_nodes=(a b c)
@@ -129,7 +130,7 @@ net_up() {
 	ip -n "$netns" link set lo up
 	if ! ip -n "$netns" link show br0 >/dev/null 2>&1; then
 		ip -n "$netns" link add br0 type bridge
-		ip -n "$netns" addr add "$gateway/17" dev br0
+		ip -n "$netns" addr add "$gateway/18" dev br0
 	fi
 	ip -n "$netns" link set br0 up
 	if ! ip link show "$host_veth" >/dev/null 2>&1; then
