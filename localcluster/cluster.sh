@@ -27,6 +27,8 @@
 #   198.19.(64k+63).0/30    link between this machine (.1, the API server's advertise address) and
 #                           the cluster's network namespace <name>-net (.2), which holds the bridge,
 #                           kube-proxy's rules and CoreDNS, and has no route off the machine.
+#   ports 32700+8k..+5      the control plane's, on this machine (the API server's is +2)
+#   ports 10250+10k+i       real node i's kubelet API, on 127.0.0.1
 #
 # Files (all under .cluster/, git-ignored):
 #   .cluster/kubeconfig        admin kubeconfig (the user's ~/.kube/config is never touched)
@@ -99,6 +101,10 @@ gateway=198.18.$base.1
 svc_net=198.19.$base.0/19
 link_host=198.19.$((base + 63)).1 # this machine's end: the API server's advertise address
 link_peer=198.19.$((base + 63)).2
+# The control plane's ports on this machine (etcd, its peers, the API server, the controller
+# manager, the scheduler, KWOK): 32700 + 8k ... + 5, below Linux's ephemeral range (from 32768), so
+# that no outgoing connection holds one when the cluster starts.
+control_ports=$((32700 + 8 * net_index))
 netns=$name-net
 host_veth=cachenet$net_index
 real_nodes=(a b c)
@@ -169,6 +175,14 @@ options:
   kubeControllerManagerNodeMonitorPeriodMilliseconds: 2000
   kubeControllerManagerNodeMonitorGracePeriodMilliseconds: 25000
   kubeApiserverCertSANs: ["$link_host", "198.19.$base.1", "localhost", "127.0.0.1"]
+  # Ports of the cluster's own (kwokctl otherwise takes the highest free ones below 32768 when it
+  # creates a cluster: two clusters created at once took the same ones).
+  etcdPort: $((control_ports + 0))
+  etcdPeerPort: $((control_ports + 1))
+  kubeApiserverPort: $((control_ports + 2))
+  kubeControllerManagerPort: $((control_ports + 3))
+  kubeSchedulerPort: $((control_ports + 4))
+  kwokControllerPort: $((control_ports + 5))
 componentsPatches:
 - name: kube-apiserver
   extraArgs:
