@@ -39,7 +39,7 @@ fg() {
 }
 
 e2e=0 built=""
-if fg "$make" --no-print-directory cluster-bin helm; then
+if fg "$make" --no-print-directory cluster-bin; then
 	built=$SECONDS
 	echo "test: the cluster binaries are ready after $((built - start))s; the end-to-end tests start"
 	# Its tracks' output is kept in .test/e2e-<track>.log too (hack/e2e.sh), for the summary at
