@@ -12,7 +12,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 make=${MAKE:-make}
 mkdir -p .test
 log=.test/unit.log
-rm -f .test/e2e-*.log # the end-to-end tracks' logs (hack/e2e.sh) of an earlier run
+rm -f .test/e2e.log # the end-to-end tests' log (hack/e2e.sh) of an earlier run
 
 start=$SECONDS
 echo "test: unit tests (make test-unit) start beside the build and the end-to-end tests, at nice 19; log: $log"
@@ -42,8 +42,7 @@ e2e=0 built=""
 if fg "$make" --no-print-directory cluster-bin; then
 	built=$SECONDS
 	echo "test: the cluster binaries are ready after $((built - start))s; the end-to-end tests start"
-	# Its tracks' output is kept in .test/e2e-<track>.log too (hack/e2e.sh), for the summary at
-	# the end.
+	# Its output is kept in .test/e2e.log too (hack/e2e.sh), for the summary at the end.
 	fg "$make" --no-print-directory test-e2e || e2e=$?
 else
 	e2e=$?
@@ -68,11 +67,10 @@ if [[ $e2e != 0 ]]; then
 	# What each failed test said last (its t.Log and t.Error lines, without the members' logs
 	# that a failed test dumps), so that the end of the output, often all a CI page keeps, says
 	# why.
-	if compgen -G '.test/e2e-*.log' >/dev/null; then
+	if [[ -f .test/e2e.log ]]; then
 		# go test -v marks whose lines follow with "=== RUN", "=== CONT" and "=== NAME" (tests that run
 		# side by side interleave); a line of a helper names its own file, not a _test.go one.
 		awk '
-			FNR == 1 { cur = "" }
 			/^=== (RUN|CONT|NAME|PAUSE) / { cur = $3; next }
 			/^ +[^ ]+\.go:[0-9]+: member [^ ]+: (role label|kubectl)/ { next }
 			/^ +[^ ]+\.go:[0-9]+: / && cur != "" { n[cur]++; said[cur, n[cur]] = substr($0, 1, 400); next }
@@ -85,16 +83,15 @@ if [[ $e2e != 0 ]]; then
 			}
 			END {
 				if (np > 0) { print "test: a test panicked:"; for (i = 1; i <= np; i++) print "  " panics[i] }
-			}' .test/e2e-*.log
+			}' .test/e2e.log
 	fi
 fi
-# The wall time of each end-to-end test package in each track, slowest first: where make test's
-# time goes.
-if compgen -G '.test/e2e-*.log' >/dev/null && grep -qE $'^(ok  |FAIL)\t[^ \t]+\t[0-9.]+s' .test/e2e-*.log; then
+# The wall time of each end-to-end test package, slowest first: where make test's time goes.
+if [[ -f .test/e2e.log ]] && grep -qE $'^(ok  |FAIL)\t[^ \t]+\t[0-9.]+s' .test/e2e.log; then
 	echo "test: end-to-end test packages by wall time:"
-	awk -F'\t' '/^(ok  |FAIL)\t[^ \t]+\t[0-9.]+s/ { t = $3; sub(/s.*$/, "", t); tr = FILENAME; sub(/^.*e2e-/, "", tr); sub(/\.log$/, "", tr); printf "%s\t%s\t%s\t%s\n", t, $2, ($1 ~ /^ok/ ? "ok" : "FAIL"), tr }' .test/e2e-*.log |
+	awk -F'\t' '/^(ok  |FAIL)\t[^ \t]+\t[0-9.]+s/ { t = $3; sub(/s.*$/, "", t); printf "%s\t%s\t%s\n", t, $2, ($1 ~ /^ok/ ? "ok" : "FAIL") }' .test/e2e.log |
 		sort -t$'\t' -k1,1 -rn |
-		awk -F'\t' '{ printf "  %7.0f s  %-4s %s  %s\n", $1, $3, $4, $2; total += $1 } END { printf "  %7.0f s  in all (%d package runs)\n", total, NR }'
+		awk -F'\t' '{ printf "  %7.0f s  %-4s %s\n", $1, $3, $2; total += $1 } END { printf "  %7.0f s  in all (%d packages)\n", total, NR }'
 fi
 if [[ -n $built ]]; then
 	echo "test: the build took $((built - start))s, the end-to-end tests $((ended - built))s"

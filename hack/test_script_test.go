@@ -13,8 +13,8 @@ import (
 
 // runTestScript runs a copy of test.sh (in <dir>/hack/, so that its .test/ goes to <dir>) with a
 // stand-in for make whose targets do what unit, build and e2e say (shell commands); e2e's output
-// goes to .test/e2e-a.log, as track a's of hack/e2e.sh (e2e may write .test/e2e-b.log itself). It
-// returns the command, started, and the file its output goes to.
+// goes to .test/e2e.log too, as hack/e2e.sh's does. It returns the command, started, and the file
+// its output goes to.
 func runTestScript(t *testing.T, unit, build, e2e string) (*exec.Cmd, string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -31,7 +31,7 @@ func runTestScript(t *testing.T, unit, build, e2e string) (*exec.Cmd, string) {
 	}
 	fake := filepath.Join(dir, "fake-make")
 	body := fmt.Sprintf("#!/bin/bash\ncase \"$2\" in\ntest-unit) %s;;\ncluster-bin) %s;;\n"+
-		"test-e2e) mkdir -p .test; (%s) >.test/e2e-a.log 2>&1; rc=$?; cat .test/e2e-a.log; exit $rc;;\n*) exit 9;;\nesac\n", unit, build, e2e)
+		"test-e2e) mkdir -p .test; (%s) >.test/e2e.log 2>&1; rc=$?; cat .test/e2e.log; exit $rc;;\n*) exit 9;;\nesac\n", unit, build, e2e)
 	if err := os.WriteFile(fake, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -78,16 +78,12 @@ func TestTestScriptFailsWhenEitherHalfFails(t *testing.T) {
 		// helper's line (not in a _test.go file) counts too.
 		{"parallel tests", "true", `printf '=== RUN   TestA\n=== PAUSE TestA\n=== RUN   TestB\n=== PAUSE TestB\n=== CONT  TestA\n=== CONT  TestB\n    b_test.go:3: b is fine\n=== NAME  TestA\n    helpers.go:9: a helper says why\n=== NAME  TestB\n    b_test.go:4: b is still fine\n--- PASS: TestB (0.10s)\n=== NAME  TestA\n    a_test.go:8: a failed\n--- FAIL: TestA (1.00s)\n'; exit 1`,
 			false, []string{"TestA failed; its last lines:\n      helpers.go:9: a helper says why\n      a_test.go:8: a failed\ntest: "}},
-		// Two tracks (hack/e2e.sh), each with its log: a line of one is never taken for the other's
-		// test.
-		{"two tracks", "true", `printf '=== RUN   TestB\n    b_test.go:2: b failed\n--- FAIL: TestB (1.00s)\nFAIL\tpkg/b\t1.5s\n' >.test/e2e-b.log; printf '=== RUN   TestA\n    a_test.go:1: a is fine\n--- PASS: TestA (0.10s)\nok  \tpkg/a\t3.1s\n'; exit 1`,
-			false, []string{"TestB failed; its last lines:\n      b_test.go:2: b failed\ntest: ", "        3 s  ok   a  pkg/a\n        2 s  FAIL b  pkg/b\n"}},
 		// A panic ends the test binary without a "--- FAIL" line; the summary prints it.
 		{"panic", "true", `printf '=== RUN   TestP\npanic: runtime error: index out of range\n\ngoroutine 7 [running]:\nexample.com/x.TestP(0xc000)\n'; exit 1`,
 			false, []string{"a test panicked:\n  panic: runtime error: index out of range", "example.com/x.TestP"}},
 		// The end of the output gives each end-to-end package's wall time, slowest first.
 		{"package times", "true", `printf 'ok  \tpkg/fast\t7.032s\nFAIL\tpkg/slow\t199.608s\nok  \tpkg/mid\t61.5s\n'`, true,
-			[]string{"packages by wall time:\n      200 s  FAIL a  pkg/slow\n       62 s  ok   a  pkg/mid\n        7 s  ok   a  pkg/fast\n      268 s  in all (3 package runs)"}},
+			[]string{"packages by wall time:\n      200 s  FAIL pkg/slow\n       62 s  ok   pkg/mid\n        7 s  ok   pkg/fast\n      268 s  in all (3 packages)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd, out := runTestScript(t, tc.unit, "true", tc.e2e)

@@ -18,9 +18,8 @@
 #   cluster.sh objectstore-env   print the store's endpoint, bucket and keys as shell assignments
 #
 # Network (all of it on this machine, from 198.18.0.0/15, RFC 2544's benchmarking range). Cluster
-# index k (CLUSTER_NET_INDEX 0-3; by name: cache-dev 0, cache-test 1, cache-test2 2, cache-bench 3)
-# picks a disjoint quarter, so that up to four clusters run side by side (make up's, and make test's
-# two):
+# index k (CLUSTER_NET_INDEX 0-3; by name: cache-dev 0, cache-test 1, cache-bench 3, others 2) picks
+# a disjoint quarter, so that make up's, make test's and make bench's clusters run side by side:
 #   198.18.(64k).0/18       pod network: bridge br0 at .1 (the pods' gateway and CoreDNS)
 #   198.18.(64k+1+i).0/24   podCIDR of real node i
 #   198.19.(64k).0/19       Service ClusterIPs (kube-proxy, iptables mode)
@@ -92,7 +91,7 @@ objectstore_dir=${OBJECTSTORE_DIR:-$state/objectstore}
 objectstore_port=9000
 objectstore_bucket=cache-backups
 # --- the cluster's network -------------------------------------------------------------------
-case $name in cache-dev) def_index=0 ;; cache-test) def_index=1 ;; cache-test2) def_index=2 ;; cache-bench) def_index=3 ;; *) def_index=0 ;; esac
+case $name in cache-dev) def_index=0 ;; cache-test) def_index=1 ;; cache-bench) def_index=3 ;; *) def_index=2 ;; esac
 net_index=${CLUSTER_NET_INDEX:-$def_index}
 [[ $net_index =~ ^[0-3]$ ]] || { log "CLUSTER_NET_INDEX must be 0, 1, 2 or 3"; exit 2; }
 base=$((net_index * 64))
