@@ -88,7 +88,7 @@ test-unit: ## unit and golden-file tests (no cluster), the operator's and the no
 	$(GO) test $(GO_TEST_FLAGS) ./...
 	cd localcluster/node && $(GO) vet ./... && $(GO) test $(GO_TEST_FLAGS) ./...
 
-test-e2e: cluster-bin ## end-to-end tests on a fresh cluster cache-test (deleted afterwards; helm is built beside the first tests); see hack/e2e.sh
+test-e2e: cluster-bin ## end-to-end tests on a fresh cluster cache-test (deleted afterwards); see hack/e2e.sh
 	@GO_TEST_FLAGS="$(GO_TEST_FLAGS)" MAKE="$(MAKE)" hack/e2e.sh
 
 FAULTS ?= 60

@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
-# make test-e2e: the end-to-end tests on a fresh local cluster cache-test, one test at a time: the
-# operator tests (e2e/operator) first, then every other end-to-end package and the bench's test,
-# then the lifecycle tests, which delete the cluster and make it again.
-#
-# helm, which only e2e/chart uses, is built beside the operator tests at the lowest CPU priority:
-# on a new machine its minutes no longer come before the first test; else it is up to date at once.
+# make test-e2e: the end-to-end tests on a fresh local cluster cache-test, one test at a time,
+# package by package in go test's order (e2e/chart and e2e itself expect a cluster that the
+# operator tests have not used yet: run after them, they failed), then the lifecycle tests, which
+# delete the cluster and make it again. helm, which only e2e/chart uses, is built first.
 #
 # Why one test at a time: this machine's two cores are the limit. Run in two clusters side by side,
 # each test took 1.5 to 5 times as long (BENCHMARKS.md, "The test budget"), the sum no shorter,
@@ -31,24 +29,14 @@ step() {
 }
 
 run() {
-	local helm others start=$SECONDS
+	local start=$SECONDS
 	env "${cluster[@]}" localcluster/cluster.sh down >/dev/null
 	rm -rf "$root/.test/objectstore"
 	env "${cluster[@]}" localcluster/cluster.sh up || return
 	echo "e2e: cluster cache-test is up after $((SECONDS - start))s"
 
-	nice -n 19 "${MAKE:-make}" --no-print-directory helm >.test/helm.log 2>&1 &
-	helm=$!
-	step "${go_[@]}" test $flags -p 1 -timeout 60m -v ./e2e/operator/
-	if ! wait "$helm"; then
-		echo "e2e: make helm failed; .test/helm.log ends:"
-		tail -n 20 .test/helm.log
-		((failed)) || failed=1
-	fi
-	cat .test/helm.log
-	others=$("${go_[@]}" list ./e2e/... ./bench/ | grep -vx 'example.com/cache-operator/e2e/operator')
-	# shellcheck disable=SC2086 # one package per word
-	step "${go_[@]}" test $flags -p 1 -timeout 60m -v $others
+	"${MAKE:-make}" --no-print-directory helm || return
+	step "${go_[@]}" test $flags -p 1 -timeout 60m -v ./e2e/... ./bench/
 	if ((failed == 0)); then
 		step env CACHE_E2E_LIFECYCLE=1 "${go_[@]}" test $flags -v -run TestRestoreIntoAFreshCluster ./e2e/lifecycle/
 		step env CACHE_E2E_LIFECYCLE=1 "${go_[@]}" test $flags -v -run TestClusterLifecycle ./e2e/lifecycle/
