@@ -25,7 +25,7 @@ done
 declare -A pkg=(
 	[make]=make [git]=git [curl]=curl [python3]=python3 [pgrep]=procps [sha256sum]=coreutils
 	[runc]=runc [ip]=iproute2 [bridge]=iproute2 [iptables]=iptables
-	[redis-server]=redis-server [redis-cli]=redis-tools [unshare]=util-linux [mmdebstrap]=mmdebstrap
+	[redis-server]=redis-server [redis-cli]=redis-tools [unshare]=util-linux [nsenter]=util-linux [mmdebstrap]=mmdebstrap
 	[promtool]=prometheus
 )
 # Why each is needed, for the message.
@@ -33,10 +33,11 @@ declare -A why=(
 	[runc]="runs the real nodes' containers" [ip]="the nodes' network namespaces" [bridge]="the nodes' bridge"
 	[iptables]="kube-proxy's Service rules" [redis-server]="the members' server" [redis-cli]="tests and make up's round trip"
 	[curl]="health checks" [python3]="test helpers" [unshare]="the network-namespace check"
+	[nsenter]="the nodes' exec probes (cheaper than runc exec)"
 	[mmdebstrap]="builds the nodes' images (root filesystems) from Debian packages"
 	[promtool]="the alerts' tests (make test only)"
 )
-order=(make git curl python3 pgrep sha256sum unshare runc ip bridge iptables redis-server redis-cli mmdebstrap)
+order=(make git curl python3 pgrep sha256sum unshare nsenter runc ip bridge iptables redis-server redis-cli mmdebstrap)
 ((tests)) && order+=(promtool)
 
 missing_cmds() {

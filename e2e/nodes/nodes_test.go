@@ -44,6 +44,32 @@ func TestSecurityContext(t *testing.T) {
 		}
 	}
 
+	// An exec probe runs as the container's process does: its user and group, no capability,
+	// no_new_privs, its environment, its hostname, its mounts (a file it wrote in its /tmp) and its
+	// PID namespace (PID 1 is its own command). The node agent runs probes through nsenter, not
+	// runc exec (localcluster/node/enter.go): this is what that path must keep.
+	seen := shellPod("probe-ids", "touch /tmp/marker; sleep 3600")
+	withTmp(seen)
+	seen.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "FROM_SPEC", Value: "yes"}}
+	seen.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c",
+			`{ echo "uid=$(id -u) gid=$(id -g) groups=$(id -G) env=$FROM_SPEC host=$(cat /proc/sys/kernel/hostname) pid1=$(tr '\0' ' ' </proc/1/cmdline)"; ` +
+				`grep -E '^(CapPrm|CapEff|NoNewPrivs):' /proc/self/status; test -f /tmp/marker && echo MARKER; } >/tmp/seen.new && mv /tmp/seen.new /tmp/seen`}}},
+		PeriodSeconds: 1, FailureThreshold: 1,
+	}
+	create(t, c, ns, seen)
+	waitReady(t, c, ns, "probe-ids")
+	probeSaw, err := c.Exec(context.Background(), ns, "probe-ids", "", "cat", "/tmp/seen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"uid=1234 gid=1234 groups=1234 ", "env=yes ", "host=probe-ids ", "pid1=sh -c touch /tmp/marker; sleep 3600",
+		"CapPrm:\t0000000000000000", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "MARKER"} {
+		if !strings.Contains(probeSaw, want) {
+			t.Errorf("the exec probe saw no %q:\n%s", want, probeSaw)
+		}
+	}
+
 	// A container that writes to its read-only root fails.
 	pod := shellPod("writes-root", `echo data > /etc/written-by-pod`)
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever

@@ -11,8 +11,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,6 +81,10 @@ type attempt struct {
 	exitCode int
 	killMsg  string // why the node stopped it (liveness, deletion)
 	stopOnce sync.Once
+	// proc is the container's process as its bundle gives it, and pid its first process's PID
+	// (0 until runc has exec'd it): what the probes' fast path (enter.go) needs.
+	proc *specs.Process
+	pid  atomic.Int64
 }
 
 func newContainerState(c *corev1.Container, init bool) *containerState {
@@ -268,6 +275,7 @@ func (r *podRuntime) runOnce(c *containerState) (exitCode int, ok bool) {
 	}
 	oci, err := buildSpec(bundle, spec)
 	if err == nil {
+		a.proc = oci.Process
 		var data []byte
 		data, err = json.Marshal(oci)
 		if err == nil {

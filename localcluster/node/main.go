@@ -62,6 +62,7 @@ func main() {
 	flag.StringVar(&cfg.StateDir, "state-dir", "", "folder for this node's pods, logs and runc state")
 	flag.StringVar(&cfg.VolumeRoot, "volume-root", "", "the local provisioner's folder: PersistentVolume folders under it are created and given to the pod's fsGroup; any other is mounted as it is")
 	flag.StringVar(&cfg.Runc, "runc", "/usr/sbin/runc", "runc binary")
+	flag.StringVar(&cfg.Nsenter, "nsenter", "/usr/bin/nsenter", "nsenter binary, for the exec probes' fast path (enter.go); empty: every probe through runc exec")
 	flag.StringVar(&cfg.ImagesFile, "images", "", "image table (YAML): each image's root filesystem or programs")
 	flag.StringVar(&cfg.Roots.Dir, "image-store", images.DefaultStoreDir(), "folder of the images' root filesystems, built at the first pull (shared by every node and cluster)")
 	flag.StringVar(&cfg.Roots.Mirror, "debian-mirror", images.DefaultMirror, "Debian registry the images' roots are built from")

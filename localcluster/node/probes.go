@@ -132,6 +132,9 @@ func (r *podRuntime) runProbe(ctx context.Context, c *containerState, a *attempt
 	defer cancel()
 	switch {
 	case h.Exec != nil:
+		if entered, err := r.enterProbe(ctx, a, h.Exec.Command); entered {
+			return err
+		}
 		return r.execProbe(ctx, a, h.Exec.Command)
 	case h.HTTPGet != nil:
 		return r.httpProbe(ctx, c, h.HTTPGet)

@@ -38,6 +38,7 @@ type Config struct {
 	// folder is created and given to the pod's fsGroup. A volume elsewhere is mounted as it is.
 	VolumeRoot   string
 	Runc         string
+	Nsenter      string
 	ImagesFile   string
 	CgroupParent string
 	// MaxBackoff is the longest CrashLoopBackOff delay (DefaultMaxBackoff when zero).

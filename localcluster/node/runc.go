@@ -55,6 +55,7 @@ func (r *podRuntime) waitExec(a *attempt) bool {
 		if err == nil && json.Unmarshal(out, &st) == nil && st.Status == "running" && st.Pid > 0 {
 			comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", st.Pid))
 			if err == nil && !strings.HasPrefix(string(comm), "runc:") {
+				a.pid.Store(int64(st.Pid))
 				return true
 			}
 		}
