@@ -82,7 +82,11 @@ type Config struct {
 	Burst int
 	// Namespace is the operator's namespace (Lease, webhook Secret); Identity names this replica.
 	Namespace, Identity string
-	// Webhook configures the webhook server.
+	// WatchNamespace, when set, is the one namespace whose caches and backups this process
+	// reconciles ("": every namespace).
+	WatchNamespace string
+	// Webhook configures the webhook server; a Port of 0 serves and registers no webhooks (another
+	// operator of the cluster does).
 	Webhook webhook.Options
 	// MetricsAddr and HealthAddr are the listen addresses of /metrics and of the probes ("": off).
 	MetricsAddr, HealthAddr string
@@ -159,7 +163,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// The three work loops and what they share are built here, each once, in the order of their
 	// dependencies: the informers, the reconciles' loop (which the member passes and the backups
 	// add caches to), the member passes, the backups, then the controller that reads them.
-	set, err := informers.New(ctrlDyn, mapper, renderer, informers.Options{Resync: cfg.Resync, Kube: protoKube})
+	set, err := informers.New(ctrlDyn, mapper, renderer, informers.Options{Resync: cfg.Resync, Kube: protoKube, Namespace: cfg.WatchNamespace})
 	if err != nil {
 		return fmt.Errorf("informers: %w", err)
 	}
@@ -171,7 +175,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("building the member passes: %w", err)
 	}
 	bk, err := backups.New(backups.Deps{Client: ctrlDyn, Kube: ctrlKube, Renderer: renderer, Recorder: recorder, Caches: set, Reconciles: reconciles},
-		backups.Options{Render: cfg.Controller.Render, ShutdownGrace: cfg.ShutdownGrace})
+		backups.Options{Render: cfg.Controller.Render, ShutdownGrace: cfg.ShutdownGrace, Namespace: cfg.WatchNamespace})
 	if err != nil {
 		return fmt.Errorf("building the backups controller: %w", err)
 	}
@@ -180,9 +184,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("building controller: %w", err)
 	}
-	hooks, err := webhook.New(kube, dyn, cfg.Webhook)
-	if err != nil {
-		return fmt.Errorf("webhooks: %w", err)
+	var hooks *webhook.Server
+	if cfg.Webhook.Port != 0 {
+		if hooks, err = webhook.New(kube, dyn, cfg.Webhook); err != nil {
+			return fmt.Errorf("webhooks: %w", err)
+		}
 	}
 
 	var wg sync.WaitGroup
@@ -210,26 +216,29 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// needs. It must not wait for the informers: while caches are still stored in an older
 	// version, listing them needs the conversion webhook, which the API server reaches through
 	// that Service, so a readiness that waited for the lists would never come.
+	// Without webhooks of its own (--webhook-port=0) the process is ready at once.
 	serve(ctx, &wg, fail, "health", cfg.HealthAddr, healthMux(func() error {
-		if !hooks.IsReady() {
+		if hooks != nil && !hooks.IsReady() {
 			return errors.New("webhooks not serving yet")
 		}
 		return nil
 	}))
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := hooks.Run(ctx); err != nil && ctx.Err() == nil {
-			klog.ErrorS(err, "Webhook server stopped; shutting down")
-			fail(fmt.Errorf("webhook server: %w", err))
+	if hooks != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := hooks.Run(ctx); err != nil && ctx.Err() == nil {
+				klog.ErrorS(err, "Webhook server stopped; shutting down")
+				fail(fmt.Errorf("webhook server: %w", err))
+			}
+		}()
+		// The informers read v2. Caches still stored as v1 (before the storage migration) need
+		// the conversion webhook to be listed: start them once it serves.
+		select {
+		case <-hooks.Ready():
+		case <-ctx.Done():
+			return nil
 		}
-	}()
-	// The informers read v2. Caches still stored as v1 (before the storage migration) need the
-	// conversion webhook to be listed: start them once it serves.
-	select {
-	case <-hooks.Ready():
-	case <-ctx.Done():
-		return nil
 	}
 	if err := ctrl.Start(ctx); err != nil {
 		return err
@@ -326,8 +335,10 @@ func runElected(ctx context.Context, cfg Config, kube kubernetes.Interface, work
 			OnStartedLeading: func(leaderCtx context.Context) {
 				leading.Store(true)
 				klog.InfoS("Became the leader; reconciling", "identity", cfg.Identity, "lease", klog.KRef(cfg.Namespace, LeaseName))
-				if err := hooks.Sync(leaderCtx); err != nil {
-					klog.ErrorS(err, "Registering this replica's webhooks on taking the lead failed; the periodic check retries")
+				if hooks != nil {
+					if err := hooks.Sync(leaderCtx); err != nil {
+						klog.ErrorS(err, "Registering this replica's webhooks on taking the lead failed; the periodic check retries")
+					}
 				}
 				workCtx, stop := context.WithCancel(ctx)
 				defer stop()

@@ -58,6 +58,8 @@ type Options struct {
 	// ShutdownGrace is how long a cache's backups pass in flight may run on after shutdown
 	// begins (default 10s).
 	ShutdownGrace time.Duration
+	// Namespace, when set, limits the backups and Jobs watched to that namespace ("": all).
+	Namespace string
 }
 
 // Controller runs the backups.
@@ -121,10 +123,9 @@ func New(d Deps, opts Options) (*Controller, error) {
 		queue: workloop.New(workloop.Options{Name: "managedcachebackup", Workers: opts.Workers, Grace: opts.ShutdownGrace}),
 		state: map[string]*cacheState{}, stores: map[string]objectstore.Store{},
 	}
-	c.factory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(client, 10*time.Hour, metav1.NamespaceAll,
-		func(o *metav1.ListOptions) {})
+	c.factory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(client, 10*time.Hour, opts.Namespace, nil)
 	c.backups = c.factory.ForResource(api.BackupResource).Informer()
-	jobs := dynamicinformer.NewFilteredDynamicSharedInformerFactory(client, 10*time.Hour, metav1.NamespaceAll,
+	jobs := dynamicinformer.NewFilteredDynamicSharedInformerFactory(client, 10*time.Hour, opts.Namespace,
 		func(o *metav1.ListOptions) { o.LabelSelector = api.LabelBackupCache })
 	c.jobs = jobs.ForResource(api.JobResource).Informer()
 	index := cache.Indexers{byCache: func(obj interface{}) ([]string, error) {
