@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# make test-e2e: the end-to-end tests on a fresh local cluster cache-test, one test at a time,
-# package by package in go test's order (e2e/chart and e2e itself expect a cluster that the
-# operator tests have not used yet: run after them, they failed), then the lifecycle tests, which
-# delete the cluster and make it again. helm, which only e2e/chart uses, is built first.
+# make test-e2e: the end-to-end tests on a fresh local cluster cache-test, package by package in
+# go test's order (e2e/chart and e2e itself expect a cluster that the operator tests have not used
+# yet: run after them, they failed), then the lifecycle tests, which delete the cluster and make it
+# again. helm, which only e2e/chart uses, is built first.
 #
-# Why one test at a time: this machine's two cores are the limit. Run in two clusters side by side,
-# each test took 1.5 to 5 times as long (BENCHMARKS.md, "The test budget"), the sum no shorter,
-# and timing-bound tests passed their deadlines.
+# Within a package, the tests that change what every test sees (a node stopped, the control plane
+# or the object store restarted, leader election, RBAC, the webhooks, figures of the whole machine)
+# and those that assert tight timings run one at a time; then the others, which mostly wait on the
+# product's own clocks, run side by side, each with an operator confined to its own namespace;
+# e2e/operator/parallel_test.go admits four at a time, longest first (go test's -parallel 64 lets
+# every one of them reach it). Two clusters side by side were tried and were worse (BENCHMARKS.md,
+# "The test budget"): every test took 1.5 to 5 times as long.
 #
 # The output goes here and to .test/e2e.log (make test's summary reads it). After a failure the
 # other packages still run, but not the lifecycle tests: the cluster stays up for a look. The exit
@@ -36,7 +40,7 @@ run() {
 	echo "e2e: cluster cache-test is up after $((SECONDS - start))s"
 
 	"${MAKE:-make}" --no-print-directory helm || return
-	step "${go_[@]}" test $flags -p 1 -timeout 60m -v ./e2e/... ./bench/
+	step "${go_[@]}" test $flags -p 1 -parallel 64 -timeout 60m -v ./e2e/... ./bench/
 	if ((failed == 0)); then
 		step env CACHE_E2E_LIFECYCLE=1 "${go_[@]}" test $flags -v -run TestRestoreIntoAFreshCluster ./e2e/lifecycle/
 		step env CACHE_E2E_LIFECYCLE=1 "${go_[@]}" test $flags -v -run TestClusterLifecycle ./e2e/lifecycle/

@@ -20,6 +20,7 @@ import (
 // list waits with ErrImagePull naming the table and its tags; pullPolicy Never of a built image
 // runs. The Events are the kubelet's (Pulled).
 func TestImagesAreTheirOwnRoots(t *testing.T) {
+	t.Parallel()
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "nodes-images")

@@ -12,6 +12,7 @@ import (
 )
 
 func TestGracefulTermination(t *testing.T) {
+	t.Parallel()
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "nodes-term")
@@ -60,6 +61,8 @@ func TestGracefulTermination(t *testing.T) {
 	t.Logf("stubborn pod gone %s after deletion (grace period 3 s)", gone.Round(100*time.Millisecond))
 }
 
+// TestStoppedNodeGoesNotReady stops a node, so it runs alone; the package's other tests, each in
+// a namespace of its own, run side by side after it (t.Parallel).
 func TestStoppedNodeGoesNotReady(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()

@@ -29,6 +29,7 @@ import (
 )
 
 func TestSecurityContext(t *testing.T) {
+	t.Parallel()
 	c := framework.Setup(t)
 	ns := c.RealNamespace(t, "nodes-sec")
 	create(t, c, ns, shellPod("ids", `echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"; grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status; echo ok > /probe-file && echo ROOT-WRITABLE || echo ROOT-READONLY; sleep 3600`))
@@ -90,6 +91,7 @@ func TestSecurityContext(t *testing.T) {
 }
 
 func TestBadInputFailsVisibly(t *testing.T) {
+	t.Parallel()
 	c := framework.Setup(t)
 	ns := c.RealNamespace(t, "nodes-bad")
 	bad := shellPod("nginx", "true")
@@ -202,6 +204,7 @@ func TestBadInputFailsVisibly(t *testing.T) {
 }
 
 func TestVolumesAndEnv(t *testing.T) {
+	t.Parallel()
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "nodes-vol")
@@ -322,6 +325,7 @@ func TestVolumesAndEnv(t *testing.T) {
 }
 
 func TestProbes(t *testing.T) {
+	t.Parallel()
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "nodes-probe")
@@ -441,6 +445,7 @@ func TestProbes(t *testing.T) {
 }
 
 func TestNetwork(t *testing.T) {
+	t.Parallel()
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "nodes-net")
@@ -505,6 +510,7 @@ func TestNetwork(t *testing.T) {
 }
 
 func TestKubectlStreams(t *testing.T) {
+	t.Parallel()
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "nodes-kubectl")

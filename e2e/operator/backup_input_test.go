@@ -31,11 +31,12 @@ func setStoreSecret(t *testing.T, c *framework.Cluster, ns, cache, secret string
 // a schedule that does not parse is refused at kubectl apply; a backup in a newer snapshot format
 // is refused as a restore source.
 func TestBackupBadInput(t *testing.T) {
+	parallel(t)
 	c := framework.Setup(t)
 	ctx := context.Background()
 	metricsAddr := freeAddr(t)
-	startOperator(t, c, "--metrics-bind-address="+metricsAddr)
 	ns := c.RealNamespace(t, "badinput")
+	startOperatorIn(t, c, ns, "--metrics-bind-address="+metricsAddr)
 	deleteCachesOnCleanup(t, c, ns)
 	store := c.ObjectStore(t)
 	createCacheV2(t, c, ns, "bi", v2Spec(1, map[string]interface{}{

@@ -49,10 +49,11 @@ func slotOf(t *testing.T, cache, name string) time.Time {
 // give one backup when it is back, not one per slot. A cache of one member is backed up from its
 // primary, with the reason in status.
 func TestBackupScheduleAndRetention(t *testing.T) {
+	parallel(t)
 	c := framework.Setup(t)
 	ctx := context.Background()
-	op := startOperator(t, c)
 	ns := c.RealNamespace(t, "schedule")
+	op := startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	store := c.ObjectStore(t)
 	c.StoreSecret(t, ns, "store", store, nil)
@@ -126,7 +127,7 @@ func TestBackupScheduleAndRetention(t *testing.T) {
 	unfinished := unfinishedBackups(t, c, ns)
 	metricsAddr := freeAddr(t)
 	restarted := time.Now()
-	startOperator(t, c, "--metrics-bind-address="+metricsAddr)
+	startOperatorIn(t, c, ns, "--metrics-bind-address="+metricsAddr)
 	deleteCachesOnCleanup(t, c, ns) // again: cleanups run last first, this one while this operator runs (onDelete: Delete)
 	labels := `{cache="sched",namespace="` + ns + `"}`
 	var firstSeen, interval float64

@@ -31,6 +31,7 @@ import (
 // moments of their convergence: every cache still ends Ready with exactly one child of each kind,
 // and no password ever changes.
 func TestCrashConvergence(t *testing.T) {
+	parallel(t)
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.Namespace(t, "crash")
@@ -77,7 +78,7 @@ func TestCrashConvergence(t *testing.T) {
 	// Kill after the 1st, the 5th and the 20th reconcile logged by each fresh process (a fresh
 	// process reconciles every cache at least once, so 20 is always reached).
 	for _, after := range []int{1, 5, n} {
-		op := startOperator(t, c)
+		op := startOperatorIn(t, c, ns)
 		base := logged(op)
 		framework.Eventually(t, time.Minute, fmt.Sprintf("%d reconciles before the kill", after), func() (bool, string, error) {
 			got := logged(op) - base
@@ -86,7 +87,7 @@ func TestCrashConvergence(t *testing.T) {
 		op.stop(syscall.SIGKILL)
 		checkPasswords(fmt.Sprintf("after the kill at %d reconciles", after))
 	}
-	startOperator(t, c)
+	startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	for _, name := range names {
 		waitReady(t, c, ns, name, 3, 3*time.Minute)

@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,7 +61,9 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	stopSharedWebhooks()
+	os.Exit(code)
 }
 
 // operatorSeq numbers the operator processes, one log file each.
@@ -75,52 +78,110 @@ type operator struct {
 	mu          sync.Mutex
 }
 
-// startOperator runs the operator against the test cluster until the test ends.
+// startOperator runs the operator against the test cluster until the test ends. Confined to a
+// namespace (--watch-namespace among args) it serves no webhooks (parallel_test.go).
 func startOperator(t *testing.T, c *framework.Cluster, args ...string) *operator {
 	t.Helper()
-	logPath := filepath.Join(c.Dir, fmt.Sprintf("operator-%s-%d.log", strings.ReplaceAll(t.Name(), "/", "_"), operatorSeq.Add(1)))
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	confined := false
+	for _, a := range args {
+		confined = confined || strings.HasPrefix(a, "--watch-namespace=")
+	}
+	op, err := launch(c, strings.ReplaceAll(t.Name(), "/", "_"), !confined, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	op.t = t
+	t.Cleanup(func() { op.stop(syscall.SIGTERM) })
+	return op
+}
+
+// launch starts an operator process, logging to operator-NAME-SEQ.log in the cluster's folder,
+// and returns once it serves: its webhooks, or, without webhooks, its readiness probe.
+func launch(c *framework.Cluster, name string, webhooks bool, args ...string) (*operator, error) {
+	logPath := filepath.Join(c.Dir, fmt.Sprintf("operator-%s-%d.log", name, operatorSeq.Add(1)))
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	givenHealth := ""
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--health-probe-bind-address="); ok {
+			givenHealth = v
+		}
+	}
 	// Each process serves its webhooks on a port of its own (a `make up` operator may hold 9443
 	// on this machine) and registers that address; metrics and probes on free ports unless args
-	// say otherwise (a later flag wins), since a server that cannot listen ends the operator.
-	// The webhook port is found free and then given to the operator, so another process can take
-	// it in between (an outgoing connection's ephemeral port: after a whole cluster restart, in
-	// one campaign run): an operator that exits on that is started again on another port.
+	// say otherwise (a later flag wins), since a server that cannot listen ends the operator. A
+	// process without webhooks (confined to a namespace) is polled on its readiness probe.
+	// The port is found free and then given to the operator, so another process can take it in
+	// between (an outgoing connection's ephemeral port: after a whole cluster restart, in one
+	// campaign run): an operator that exits on that is started again on another port.
 	for attempt := 1; ; attempt++ {
-		webhookAddr := freeAddr(t)
-		_, port, _ := net.SplitHostPort(webhookAddr)
-		cmd := exec.Command(binary, append([]string{"--kubeconfig", c.Kubeconfig, "-v=3", "--webhook-port=" + port,
-			"--member-networks=" + framework.MemberNetworks,
-			"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, args...)...)
+		addr, err := listenable()
+		if err != nil {
+			return nil, err
+		}
+		_, port, _ := net.SplitHostPort(addr)
+		base := []string{"--kubeconfig", c.Kubeconfig, "-v=3", "--member-networks=" + framework.MemberNetworks,
+			"--metrics-bind-address=127.0.0.1:0"}
+		served := func() error { _, err := servedSerial(addr); return err }
+		if !webhooks {
+			health := givenHealth
+			if health == "" {
+				health = addr
+			}
+			base = append(base, "--webhook-port=0", "--health-probe-bind-address="+health)
+			served = func() error { return healthy(health) }
+		} else {
+			base = append(base, "--webhook-port="+port, "--health-probe-bind-address=127.0.0.1:0")
+		}
+		cmd := exec.Command(binary, append(base, args...)...)
 		cmd.Stdout, cmd.Stderr = f, f
 		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting the operator: %v", err)
+			return nil, fmt.Errorf("starting the operator: %w", err)
 		}
-		op := &operator{t: t, cmd: cmd, log: logPath, webhookAddr: webhookAddr}
+		op := &operator{cmd: cmd, log: logPath, webhookAddr: addr}
 		// It registers its webhooks before it listens: once it answers TLS, the API server can use it.
-		var err error
 		taken := false
 		for deadline := time.Now().Add(30 * time.Second); !taken && time.Now().Before(deadline); {
-			if _, err = servedSerial(webhookAddr); err == nil {
-				f.Close()
-				t.Cleanup(func() { op.stop(syscall.SIGTERM) })
-				return op
+			if err = served(); err == nil {
+				return op, nil
 			}
 			logged, _ := os.ReadFile(logPath)
-			if taken = bytes.Contains(logged, []byte("listen tcp "+webhookAddr+": bind: address already in use")); !taken {
+			if taken = bytes.Contains(logged, []byte("bind: address already in use")); !taken {
 				time.Sleep(100 * time.Millisecond) // polling its port, with the deadline above
 			}
 		}
 		op.stop(syscall.SIGKILL)
 		if !taken || attempt == 3 {
-			f.Close()
-			t.Fatalf("the operator's webhooks did not serve on %s (attempt %d, port taken: %v): %v; its log: %s", webhookAddr, attempt, taken, err, logPath)
+			return nil, fmt.Errorf("the operator did not serve on %s (attempt %d, port taken: %v): %v; its log: %s", addr, attempt, taken, err, logPath)
 		}
-		t.Logf("the operator could not listen on %s (taken since it was found free); starting it again on another port", webhookAddr)
+		fmt.Fprintf(f, "e2e: the operator could not listen on %s (taken since it was found free); starting it again on another port\n", addr)
 	}
+}
+
+// listenable returns a loopback address that was free a moment ago.
+func listenable() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// healthy reports whether the operator's /readyz at addr answers 200.
+func healthy(addr string) error {
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/readyz: %s", resp.Status)
+	}
+	return nil
 }
 
 // stop signals the operator and waits for it to exit.
@@ -292,8 +353,9 @@ func internalPassword(t *testing.T, c *framework.Cluster, ns, cache string) stri
 	return string(dec)
 }
 
-// operatorWrites returns the mutating requests the operator (user agent cache-operator) made in
-// namespace ns since the time since, from the audit log.
+// operatorWrites returns the mutating requests an operator (user agent cache-operator/IDENTITY;
+// the tests' own client is cache-operator-e2e) made in namespace ns since the time since, from
+// the audit log.
 func operatorWrites(t *testing.T, c *framework.Cluster, ns string, since time.Time) []string {
 	t.Helper()
 	events, err := c.AuditEvents()
@@ -302,7 +364,7 @@ func operatorWrites(t *testing.T, c *framework.Cluster, ns string, since time.Ti
 	}
 	var out []string
 	for _, ev := range events {
-		if !strings.HasPrefix(ev.UserAgent, "cache-operator") || ev.ObjectRef == nil || ev.ObjectRef.Namespace != ns ||
+		if !strings.HasPrefix(ev.UserAgent, "cache-operator/") || ev.ObjectRef == nil || ev.ObjectRef.Namespace != ns ||
 			ev.RequestReceivedTimestamp.Before(since) {
 			continue
 		}

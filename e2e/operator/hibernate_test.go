@@ -46,10 +46,11 @@ func conditionOf(mc *unstructured.Unstructured, typ string) *metav1.Condition {
 // Hibernated; the PDB blocks nothing. Resume brings every member back with the same key count and
 // checksum, every acknowledged write, and the same primary.
 func TestHibernateAndResume(t *testing.T) {
+	parallel(t)
 	c := framework.Setup(t)
 	ctx := context.Background()
-	startOperator(t, c)
 	ns := c.RealNamespace(t, "hibernate")
+	startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	const name = "nap"
 	createCacheV2(t, c, ns, name, map[string]interface{}{"replicas": int64(3), "engine": map[string]interface{}{"name": "redis", "version": "8.0"},

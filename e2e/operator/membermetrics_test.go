@@ -52,18 +52,19 @@ func cacheSeries(fams map[string]*dto.MetricFamily, ns, cache string) map[string
 // the last failover's time after a switchover; and nothing once the cache is gone. It gives the
 // series count per cache.
 func TestMemberMetricsOnRealNodes(t *testing.T) {
+	parallel(t)
 	c := framework.Setup(t)
 	ctx := context.Background()
 	metricsAddr := freeAddr(t)
-	startOperator(t, c, "--metrics-bind-address="+metricsAddr)
 	ns := c.RealNamespace(t, "membermetrics")
+	startOperatorIn(t, c, ns, "--metrics-bind-address="+metricsAddr)
 	deleteCachesOnCleanup(t, c, ns)
 	const name = "mm"
 	createV2Cache(t, c, ns, name, map[string]interface{}{"replicas": int64(3), "engine": map[string]interface{}{"version": "7.2"},
 		"storage": map[string]interface{}{"size": "1Gi"}, "eviction": map[string]interface{}{"policy": "allkeys-lru", "maxMemory": "16Mi"}})
 	primary := waitWhole(t, c, ns, name, 3, 3*time.Minute)
 	pw := password(t, c, ns, name)
-	cl := newClient(net.JoinHostPort(clusterIP(t, c, ns, name+"-rw"), "6379"), pw)
+	cl := bulkClient(net.JoinHostPort(clusterIP(t, c, ns, name+"-rw"), "6379"), pw)
 	defer cl.Close()
 	// Twice maxmemory: the primary evicts (its replicas take its DELs); and keys that expire.
 	const size = 64 << 10

@@ -73,10 +73,11 @@ func TestInvalidSpecsAreRejectedAtApply(t *testing.T) {
 // TestCacheLifecycle follows one cache as a user would: Ready, idempotent, self-healing,
 // scalable, and garbage-collected.
 func TestCacheLifecycle(t *testing.T) {
+	parallel(t)
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.Namespace(t, "shop")
-	op := startOperator(t, c)
+	op := startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	createCache(t, c, ns, "sessions", sessionsSpec)
 	mc := waitReady(t, c, ns, "sessions", 3, 2*time.Minute)

@@ -233,11 +233,12 @@ func authRefused(addr, pw string) (bool, error) {
 // starts with the accepted password and nothing injected. Last, the rotate-password annotation
 // has the operator generate a new password.
 func TestPasswordRotation(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	c := framework.Setup(t)
 	const overlap = 40 * time.Second
-	startOperator(t, c, "--password-overlap="+overlap.String())
 	ns := c.RealNamespace(t, "rotate")
+	startOperatorIn(t, c, ns, "--password-overlap="+overlap.String())
 	deleteCachesOnCleanup(t, c, ns)
 	createCache(t, c, ns, "r", map[string]interface{}{"size": int64(3), "version": "7.2", "storageGi": int64(1)})
 	waitWhole(t, c, ns, "r", 3, 3*time.Minute)

@@ -46,10 +46,11 @@ func serverProcess(pod *corev1.Pod) string {
 // TestCacheOnRealNodes: the operator's cache is three real redis-server processes that demand the
 // Secret's password and replicate from the primary the operator chose (status.primary).
 func TestCacheOnRealNodes(t *testing.T) {
+	parallel(t)
 	c := framework.Setup(t)
 	ctx := context.Background()
-	startOperator(t, c)
 	ns := c.RealNamespace(t, "real")
+	startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	createCache(t, c, ns, "sessions", map[string]interface{}{
 		"size": int64(3), "version": "7.2", "storageGi": int64(1), "evictionPolicy": "allkeys-lru",
@@ -142,6 +143,7 @@ func TestCacheOnRealNodes(t *testing.T) {
 // the internal user's password, made wrong) answers PING but is not Ready, so it leaves
 // the Services' endpoints and the cache counts it out; once the link is back it is Ready again.
 func TestStaleReplicaIsNotReady(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	rc := newRealCache(t, "stale", "s")
 	c, ns := rc.c, rc.ns

@@ -106,10 +106,11 @@ func waitWhole(t *testing.T, c *framework.Cluster, ns, cache string, n int64, ti
 // ClusterIP, from this machine and from a pod, never meet a replica (0 READONLY in 10,000 each),
 // the read-only Service reaches replicas only, and kubectl shows the primary.
 func TestRoutingThroughServices(t *testing.T) {
+	parallel(t)
 	c := framework.Setup(t)
 	ctx := context.Background()
-	startOperator(t, c)
 	ns := c.RealNamespace(t, "routing")
+	startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	sizes := []int64{1, 3, 5}
 	for _, n := range sizes {
@@ -249,8 +250,8 @@ func newRealCache(t *testing.T, nsPrefix, name string, operatorArgs ...string) r
 func newRealCacheAt(t *testing.T, nsPrefix, name, version string, operatorArgs ...string) realCache {
 	t.Helper()
 	c := framework.Setup(t)
-	op := startOperator(t, c, operatorArgs...)
 	ns := c.RealNamespace(t, nsPrefix)
+	op := startOperatorIn(t, c, ns, operatorArgs...)
 	deleteCachesOnCleanup(t, c, ns)
 	dumpMembersOnFailure(t, c, ns, name)
 	createCache(t, c, ns, name, map[string]interface{}{"size": int64(3), "version": version, "storageGi": int64(1)})
@@ -304,6 +305,7 @@ func runFailovers(t *testing.T, what string, rounds int, p50Target time.Duration
 // TestEmptyRestartLosesNothing: the primary's data is deleted and its server restarted: it comes
 // back empty as a replica, a replica with the data is promoted, and no key is lost.
 func TestEmptyRestartLosesNothing(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	rc := newRealCache(t, "empty", "e")
 	c, ns, primary, pw, rw := rc.c, rc.ns, rc.primary, rc.password, rc.addr
@@ -369,6 +371,7 @@ func dataDir(t *testing.T, c *framework.Cluster, ns, pod string) string {
 // the replicas first, hands over, then restarts the old primary; then a switchover asked for by
 // annotation. Writes fail for at most a moment, and no acknowledged write is lost.
 func TestVersionChangeAndSwitchover(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	rc := newRealCacheAt(t, "roll", "v", "7.0")
 	c, ns, pw, rw := rc.c, rc.ns, rc.password, rc.addr
@@ -451,6 +454,7 @@ func TestVersionChangeAndSwitchover(t *testing.T) {
 // -ro Services, and rolls the members replicas first with a handover at the end; a client of the
 // read-write Service sees at most the handover, and no key is lost.
 func TestExistingCacheMovesToRoles(t *testing.T) {
+	parallel(t)
 	c := framework.Setup(t)
 	ctx := context.Background()
 	legacy, err := filepath.Abs("testdata/legacy-templates")
@@ -458,8 +462,8 @@ func TestExistingCacheMovesToRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The old operator had no member passes: with no network it may dial, it observes nothing.
-	old := startOperator(t, c, "--templates-dir="+legacy, "--member-networks=192.0.2.1/32")
 	ns := c.RealNamespace(t, "legacy")
+	old := startOperatorIn(t, c, ns, "--templates-dir="+legacy, "--member-networks=192.0.2.1/32")
 	deleteCachesOnCleanup(t, c, ns)
 	createCache(t, c, ns, "m", map[string]interface{}{"size": int64(3), "version": "7.2", "storageGi": int64(1)})
 	waitReady(t, c, ns, "m", 3, 3*time.Minute)
@@ -490,7 +494,7 @@ func TestExistingCacheMovesToRoles(t *testing.T) {
 	}
 	old.stop(syscall.SIGTERM)
 
-	startOperator(t, c)
+	startOperatorIn(t, c, ns)
 	start := time.Now()
 	framework.Eventually(t, time.Minute, "m-rw created and m-0 adopted as primary", func() (bool, string, error) {
 		_, err := c.Kube.CoreV1().Services(ns).Get(ctx, "m-rw", metav1.GetOptions{})

@@ -208,6 +208,7 @@ func TestPrimaryCrashWithoutOperator(t *testing.T) {
 // from it, the failover counted. Writes succeed again, and every acknowledged write is kept or
 // reported discarded.
 func TestPrimaryReplacedWithoutOperator(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	rc := newRealCache(t, "replaced", "r")
 	c, ns, pw, rw, old := rc.c, rc.ns, rc.password, rc.addr, rc.primary
@@ -230,7 +231,7 @@ func TestPrimaryReplacedWithoutOperator(t *testing.T) {
 	remade := time.Since(t0)
 	metricsAddr := freeAddr(t)
 	back := time.Now()
-	startOperator(t, c, "--metrics-bind-address="+metricsAddr)
+	startOperatorIn(t, c, ns, "--metrics-bind-address="+metricsAddr)
 	d := w.waitFailedThenOK(t, t0, 2*time.Minute)
 	waitWhole(t, c, ns, "r", 3, 3*time.Minute)
 	assertOnePrimary(t, c, ns, "r", pw, "the primary replaced without operator")

@@ -36,6 +36,7 @@ type healRow struct {
 // passwords unchanged, every claim owned by the cache, and a switchover that succeeds (the
 // operator is in control). The table is logged.
 func TestDeletingAChildCostsNothing(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	const name = "keep"
 	rc := newRealCache(t, "heal", name)
@@ -254,7 +255,7 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 		for _, p := range memberPods(t, c, ns, name) {
 			uids[p.Name] = p.UID
 		}
-		op = startOperator(t, c)
+		op = startOperatorIn(t, c, ns)
 		framework.Eventually(t, time.Minute, "the claims the cache's alone, the StatefulSet's policy Retain", func() (bool, string, error) {
 			sts, err := c.Kube.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
@@ -347,7 +348,7 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 			}
 			return stuck == 3, fmt.Sprint(seen), nil
 		})
-		op = startOperator(t, c)
+		op = startOperatorIn(t, c, ns)
 		framework.Eventually(t, 2*time.Minute, "the stuck members replaced, with an Event each", func() (bool, string, error) {
 			n := eventCount(t, c, ns, name, "ReplacingStuckMember") - replaced
 			return n >= 3, fmt.Sprintf("%d ReplacingStuckMember Events", n), nil
@@ -378,7 +379,7 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 		op.stop(syscall.SIGTERM)
 		kubectl("delete", "secret", name+"-auth", "--wait=false")
 		framework.Eventually(t, time.Minute, "the Secret kept, Terminating", secretTerminating)
-		op = startOperator(t, c)
+		op = startOperatorIn(t, c, ns)
 	})
 	step("delete StatefulSet (--cascade=background) while its Secret is Terminating", func() {
 		old, pods := uidOf("statefulset", name), podUIDs()
@@ -407,7 +408,7 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 	// once its member passes have seen the keys.
 	metricsAddr := freeAddr(t)
 	op.stop(syscall.SIGTERM)
-	op = startOperator(t, c, "--metrics-bind-address="+metricsAddr)
+	op = startOperatorIn(t, c, ns, "--metrics-bind-address="+metricsAddr)
 	framework.Eventually(t, time.Minute, "the operator's member passes to see the keys", func() (bool, string, error) {
 		v, err := framework.Metric(metricsAddr, "cache_operator_member_keys")
 		return err == nil && v > 0, fmt.Sprintf("cache_operator_member_keys %v (%v)", v, err), nil
@@ -462,7 +463,7 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 		_, err := c.Kube.CoreV1().Secrets(ns).Get(ctx, name+"-auth", metav1.GetOptions{})
 		return err != nil, fmt.Sprint(err), nil
 	})
-	op = startOperator(t, c)
+	op = startOperatorIn(t, c, ns)
 	var refused string
 	framework.Eventually(t, 2*time.Minute, "the members' refusal reported (Degraded OperatorRefused, an Event)", func() (bool, string, error) {
 		mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})

@@ -76,6 +76,13 @@ func configGet(ctx context.Context, cl *redis.Client, name string) (string, erro
 	return m[name], err
 }
 
+// bulkClient is a client for fill's pipelines of 2 MiB: bounds longer than newClient's, still no
+// retries.
+func bulkClient(addr, pw string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, Password: pw, DialTimeout: time.Second, ReadTimeout: 5 * time.Second,
+		WriteTimeout: 5 * time.Second, MaxRetries: -1, PoolSize: 1, Protocol: 2, DisableIdentity: true})
+}
+
 // fill writes n values of size bytes under prefix through cl, 32 to a round trip, with a TTL when
 // ttl > 0. It returns how many were acknowledged and the first error (a refused write ends it).
 func fill(ctx context.Context, cl *redis.Client, prefix string, n, size int, ttl time.Duration) (int, error) {
@@ -119,10 +126,11 @@ func restartsByPod(pods []corev1.Pod) map[string]string {
 // nothing; volatile-lru evicts only keys with a TTL, then refuses writes, and keeps every key
 // without one. No server restarts.
 func TestEvictionOnRealNodes(t *testing.T) {
+	parallel(t)
 	c := framework.Setup(t)
 	ctx := context.Background()
-	startOperator(t, c)
 	ns := c.RealNamespace(t, "evict")
+	startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	v2 := func(policy, maxMemory, limit string) map[string]interface{} {
 		spec := map[string]interface{}{"replicas": int64(1), "engine": map[string]interface{}{"version": "7.2"},
@@ -159,10 +167,7 @@ func TestEvictionOnRealNodes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			waitWhole(t, c, ns, tc.name, 1, 3*time.Minute)
 			pw := password(t, c, ns, tc.name)
-			// Pipelines of 2 MiB: bounds longer than newClient's, still no retries.
-			cl := redis.NewClient(&redis.Options{Addr: net.JoinHostPort(clusterIP(t, c, ns, tc.name+"-rw"), "6379"), Password: pw,
-				DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, MaxRetries: -1, PoolSize: 1,
-				Protocol: 2, DisableIdentity: true})
+			cl := bulkClient(net.JoinHostPort(clusterIP(t, c, ns, tc.name+"-rw"), "6379"), pw)
 			defer cl.Close()
 			// CONFIG is the internal user's (the clients' user gets NOPERM).
 			ic := internalClient(t, c, ns, tc.name, clusterIP(t, c, ns, tc.name+"-rw"))
@@ -248,6 +253,7 @@ func TestEvictionOnRealNodes(t *testing.T) {
 // applies both to every member with CONFIG SET, with no pod restarted or replaced and the
 // StatefulSet's revision unchanged; status says which revision each member has.
 func TestLiveSettingsChange(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	rc := newRealCache(t, "live", "l")
 	c, ns := rc.c, rc.ns

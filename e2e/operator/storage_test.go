@@ -59,10 +59,11 @@ func conditionsSeen(t *testing.T, c *framework.Cluster, ns, name string) (stop f
 // condition shows the resize while it runs, and later changes land. Before, the immutable
 // volumeClaimTemplates made every later StatefulSet apply fail.
 func TestStorageGrowth(t *testing.T) {
+	parallel(t)
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "grow")
-	startOperator(t, c)
+	startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	if err := c.ApplyServerSide(ctx, storageDoc(ns, "g", 3, "1Gi", "")); err != nil {
 		t.Fatal(err)
@@ -170,10 +171,11 @@ func restarts(p *corev1.Pod) int32 {
 // TestStorageGrowthRefused: a class that does not allow expansion refuses the growth with a
 // condition and an Event, keeps the volumes as they are, and every other change still lands.
 func TestStorageGrowthRefused(t *testing.T) {
+	parallel(t)
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.Namespace(t, "fixed")
-	startOperator(t, c)
+	startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	if err := c.ApplyServerSide(ctx, storageDoc(ns, "f", 1, "1Gi", "fixed")); err != nil {
 		t.Fatal(err)

@@ -118,9 +118,10 @@ func caBundle(t *testing.T, c *framework.Cluster, ns, cache string) ([]byte, *x5
 // restart, no new revision, no acknowledged write lost, the new serial served by every member within
 // 60 s. Turning TLS off is refused at once.
 func TestTLSCache(t *testing.T) {
+	parallel(t)
 	c := framework.Setup(t)
-	startOperator(t, c)
 	ns := c.RealNamespace(t, "tls")
+	startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	dumpMembersOnFailure(t, c, ns, "t")
 	ctx := context.Background()
@@ -277,6 +278,7 @@ func TestTLSCache(t *testing.T) {
 // write; every replica then replicates over TLS and plain text is refused. Turned off again, the
 // cache serves plain text, with no acknowledged write lost either.
 func TestTLSTurnedOnAndOff(t *testing.T) {
+	parallel(t)
 	rc := newRealCache(t, "tlson", "o")
 	c, ns, pw, rw := rc.c, rc.ns, rc.password, rc.addr
 	ctx := context.Background()

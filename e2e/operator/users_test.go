@@ -40,6 +40,7 @@ var (
 // shows the internal password; the data commands work. DEBUG is refused too (the server refuses it
 // before the ACL does: enable-debug-command is off), and the ACL says so (ACL DRYRUN).
 func TestClientsUserHasNoAdmin(t *testing.T) {
+	parallel(t)
 	rc := newRealCache(t, "acl", "a")
 	c, ns, pw := rc.c, rc.ns, rc.password
 	ctx := context.Background()
@@ -100,6 +101,7 @@ func TestClientsUserHasNoAdmin(t *testing.T) {
 // new revision, no replica link down and no acknowledged write lost; after the overlap the old one
 // is refused, and the probes (which read the mounted Secret) keep every member Ready.
 func TestInternalPasswordRotation(t *testing.T) {
+	parallel(t)
 	const overlap = 40 * time.Second
 	rc := newRealCache(t, "irot", "i", "--password-overlap="+overlap.String())
 	c, ns, pw, rw := rc.c, rc.ns, rc.password, rc.addr

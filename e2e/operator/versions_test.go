@@ -165,6 +165,7 @@ func checkDataSurvived(t *testing.T, c *framework.Cluster, ns, cache string, bef
 // steady writer: replicas first (valkey replicas of the redis primary), the handover to a valkey
 // member last; no acknowledged write lost, writes stopped at most 2 s, every key and value kept.
 func TestRollRedis70ToValkey81(t *testing.T) {
+	parallel(t)
 	rc := newRealCacheAt(t, "migrate", "m", "7.0")
 	c, ns, pw, rw := rc.c, rc.ns, rc.password, rc.addr
 	wantServers(t, serverOf(t, c, ns, "m"), "redis", "7.0.", "before the migration")
@@ -198,11 +199,12 @@ func TestRollRedis70ToValkey81(t *testing.T) {
 // restarts at once on 7.0 and starts empty, the loss is reported (Event DataDiscarded with the key
 // count, cache_operator_data_reset_keys_total), and the cache is Ready and writable on 7.0.
 func TestDowngradeWithDataLossAllowed(t *testing.T) {
+	parallel(t)
 	c := framework.Setup(t)
 	ctx := context.Background()
 	metricsAddr := freeAddr(t)
-	startOperator(t, c, "--metrics-bind-address="+metricsAddr)
 	ns := c.RealNamespace(t, "downgrade")
+	startOperatorIn(t, c, ns, "--metrics-bind-address="+metricsAddr)
 	deleteCachesOnCleanup(t, c, ns)
 	dumpMembersOnFailure(t, c, ns, "d")
 	createCacheV2(t, c, ns, "d", map[string]interface{}{"replicas": int64(3),
@@ -261,10 +263,11 @@ func TestDowngradeWithDataLossAllowed(t *testing.T) {
 // hash whose fields expire: a type Redis 7.4 added) and of a valkey 8.1 cache, each restored into
 // a new cache of the same engine and version, every key and value equal.
 func TestBackupAndRestoreOnEachEngine(t *testing.T) {
+	parallel(t)
 	c := framework.Setup(t)
 	ctx := context.Background()
-	startOperator(t, c)
 	ns := c.RealNamespace(t, "engines")
+	startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	store := c.ObjectStore(t)
 	c.StoreSecret(t, ns, "store", store, nil)
