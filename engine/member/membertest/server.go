@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,4 +53,21 @@ func Server(t testing.TB, password, extra string) string {
 		}
 		time.Sleep(50 * time.Millisecond) // polling a starting server, with a deadline
 	}
+}
+
+// ClusterServer runs a cluster-mode redis-server on 127.0.0.1 until the test ends, like Server,
+// with its cluster bus on a port of its own (cluster-port), and returns its address and bus port.
+// A primary that gives its last slot away stays a primary (cluster-allow-replica-migration no): a
+// shard being removed keeps its members out of the other shards until they are removed.
+func ClusterServer(t testing.TB, password string) (string, int) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, bus, _ := net.SplitHostPort(l.Addr().String())
+	l.Close()
+	port, _ := strconv.Atoi(bus)
+	addr := Server(t, password, fmt.Sprintf("cluster-enabled yes\ncluster-config-file nodes.conf\ncluster-port %d\ncluster-node-timeout 2000\ncluster-allow-replica-migration no", port))
+	return addr, port
 }

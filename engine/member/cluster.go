@@ -1,0 +1,218 @@
+package member
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ClusterView is a cluster-mode member's own view of its cluster (CLUSTER NODES, CLUSTER INFO).
+type ClusterView struct {
+	ID        string
+	Primary   bool           // it says master
+	PrimaryID string         // the node it replicates ("" for a primary)
+	Slots     [][2]int       // the slots it serves, ranges with both ends included
+	Migrating map[int]string // slot → the node ID it migrates the slot to
+	Importing map[int]string // slot → the node ID it imports the slot from
+	Known     map[string]string
+	Serving   map[string]bool // of the nodes it knows, those it sees serving slots
+	State     string          // cluster_state: ok or fail
+}
+
+// ParseClusterNodes reads the text of CLUSTER NODES into the view of the member that answered
+// (the line flagged myself). Nodes still in a handshake are left out: their IDs are temporary.
+func ParseClusterNodes(text string) (ClusterView, error) {
+	v := ClusterView{Migrating: map[int]string{}, Importing: map[int]string{}, Known: map[string]string{}, Serving: map[string]bool{}}
+	self := false
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			return ClusterView{}, fmt.Errorf("CLUSTER NODES: a line of %d fields: %q", len(f), line)
+		}
+		id, flags := f[0], ","+f[2]+","
+		addr, _, _ := strings.Cut(f[1], "@")
+		if strings.Contains(flags, ",handshake,") {
+			continue
+		}
+		var slots [][2]int
+		migrating, importing := map[int]string{}, map[int]string{}
+		for _, s := range f[8:] {
+			if strings.HasPrefix(s, "[") {
+				inner := strings.Trim(s, "[]")
+				if slot, other, ok := strings.Cut(inner, "->-"); ok {
+					n, err := strconv.Atoi(slot)
+					if err != nil {
+						return ClusterView{}, fmt.Errorf("CLUSTER NODES: %q: %w", s, err)
+					}
+					migrating[n] = other
+				} else if slot, other, ok := strings.Cut(inner, "-<-"); ok {
+					n, err := strconv.Atoi(slot)
+					if err != nil {
+						return ClusterView{}, fmt.Errorf("CLUSTER NODES: %q: %w", s, err)
+					}
+					importing[n] = other
+				}
+				continue
+			}
+			lo, hi, isRange := strings.Cut(s, "-")
+			a, err := strconv.Atoi(lo)
+			b := a
+			if err == nil && isRange {
+				b, err = strconv.Atoi(hi)
+			}
+			if err != nil {
+				return ClusterView{}, fmt.Errorf("CLUSTER NODES: slots %q: %w", s, err)
+			}
+			slots = append(slots, [2]int{a, b})
+		}
+		if strings.Contains(flags, ",myself,") {
+			self = true
+			v.ID, v.Primary, v.Slots = id, strings.Contains(flags, ",master,"), slots
+			v.Migrating, v.Importing = migrating, importing
+			if f[3] != "-" {
+				v.PrimaryID = f[3]
+			}
+			continue
+		}
+		v.Known[id] = addr
+		v.Serving[id] = len(slots) > 0
+	}
+	if !self {
+		return ClusterView{}, fmt.Errorf("CLUSTER NODES: no line flagged myself")
+	}
+	return v, nil
+}
+
+// ObserveCluster reads a cluster-mode member's view: CLUSTER NODES and cluster_state.
+func ObserveCluster(ctx context.Context, c *redis.Client) (ClusterView, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	nodes, err := c.ClusterNodes(ctx).Result()
+	if err != nil {
+		return ClusterView{}, fmt.Errorf("member %s: CLUSTER NODES: %w", c.Options().Addr, err)
+	}
+	v, err := ParseClusterNodes(nodes)
+	if err != nil {
+		return ClusterView{}, fmt.Errorf("member %s: %w", c.Options().Addr, err)
+	}
+	info, err := c.ClusterInfo(ctx).Result()
+	if err != nil {
+		return ClusterView{}, fmt.Errorf("member %s: CLUSTER INFO: %w", c.Options().Addr, err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if s, ok := strings.CutPrefix(strings.TrimSpace(line), "cluster_state:"); ok {
+			v.State = s
+		}
+	}
+	return v, nil
+}
+
+// KeysInSlot counts the member's keys in slot (CLUSTER COUNTKEYSINSLOT).
+func KeysInSlot(ctx context.Context, c *redis.Client, slot int) (int64, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	return c.ClusterCountKeysInSlot(ctx, slot).Result()
+}
+
+// clusterDo runs one CLUSTER command on the member, bounded in time.
+func clusterDo(ctx context.Context, c *redis.Client, args ...interface{}) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	if err := c.Do(ctx, append([]interface{}{"CLUSTER"}, args...)...).Err(); err != nil {
+		return fmt.Errorf("member %s: CLUSTER %v: %w", c.Options().Addr, args[0], err)
+	}
+	return nil
+}
+
+// Meet introduces the member to the node at addr (host:port; the bus port is the node's own,
+// given with busPort when it is not port+10000: 0 for the default).
+func Meet(ctx context.Context, c *redis.Client, addr string, busPort int) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if busPort > 0 {
+		return clusterDo(ctx, c, "MEET", host, port, busPort)
+	}
+	return clusterDo(ctx, c, "MEET", host, port)
+}
+
+// AddSlots makes the member serve the slots from to to (CLUSTER ADDSLOTSRANGE).
+func AddSlots(ctx context.Context, c *redis.Client, from, to int) error {
+	return clusterDo(ctx, c, "ADDSLOTSRANGE", from, to)
+}
+
+// ReplicateNode makes the member a replica of the node id (CLUSTER REPLICATE).
+func ReplicateNode(ctx context.Context, c *redis.Client, id string) error {
+	return clusterDo(ctx, c, "REPLICATE", id)
+}
+
+// ForgetNode makes the member forget the node id for a minute (CLUSTER FORGET); every member must.
+func ForgetNode(ctx context.Context, c *redis.Client, id string) error {
+	return clusterDo(ctx, c, "FORGET", id)
+}
+
+// SetSlotStable closes an open slot on the member (CLUSTER SETSLOT slot STABLE).
+func SetSlotStable(ctx context.Context, c *redis.Client, slot int) error {
+	return clusterDo(ctx, c, "SETSLOT", slot, "STABLE")
+}
+
+// MoveSlot moves slot and its keys from the member src (node srcID) to dst (node dstID, at
+// dstAddr): dst imports, src migrates, the keys go batch at a time with MIGRATE (authenticated with
+// user and password; user "" is default), then both say dst serves the slot. A write to a key that
+// has already moved is redirected (ASK) to dst, which a cluster client follows: nothing
+// acknowledged is lost. It is safe to run again after a stop in the middle. It returns how many
+// keys moved.
+func MoveSlot(ctx context.Context, src, dst *redis.Client, srcID, dstID, dstAddr, user, password string, slot, batch int) (int, error) {
+	host, port, err := net.SplitHostPort(dstAddr)
+	if err != nil {
+		return 0, err
+	}
+	if err := clusterDo(ctx, dst, "SETSLOT", slot, "IMPORTING", srcID); err != nil {
+		return 0, err
+	}
+	if err := clusterDo(ctx, src, "SETSLOT", slot, "MIGRATING", dstID); err != nil {
+		return 0, err
+	}
+	moved := 0
+	for {
+		cctx, cancel := bounded(ctx)
+		keys, err := src.ClusterGetKeysInSlot(cctx, slot, batch).Result()
+		cancel()
+		if err != nil {
+			return moved, fmt.Errorf("member %s: CLUSTER GETKEYSINSLOT %d: %w", src.Options().Addr, slot, err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []interface{}{"MIGRATE", host, port, "", 0, Timeout.Milliseconds()}
+		if user != "" {
+			args = append(args, "AUTH2", user, password)
+		} else if password != "" {
+			args = append(args, "AUTH", password)
+		}
+		args = append(args, "KEYS")
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		cctx, cancel = bounded(ctx)
+		err = src.Do(cctx, args...).Err()
+		cancel()
+		if err != nil && err != redis.Nil { // NOKEY (all expired meanwhile) is not an error
+			return moved, fmt.Errorf("member %s: MIGRATE %d keys of slot %d to %s: %w", src.Options().Addr, len(keys), slot, dstAddr, err)
+		}
+		moved += len(keys)
+	}
+	// The importing side first: once it owns the slot, the source's redirections point at it.
+	if err := clusterDo(ctx, dst, "SETSLOT", slot, "NODE", dstID); err != nil {
+		return moved, err
+	}
+	if err := clusterDo(ctx, src, "SETSLOT", slot, "NODE", dstID); err != nil {
+		return moved, err
+	}
+	return moved, nil
+}

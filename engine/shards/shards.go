@@ -1,0 +1,436 @@
+// Package shards decides what a sharded cache's cluster (Redis Cluster, Valkey cluster mode) needs
+// next, as one pure function (Decide) of what each member reports and the spec: introductions,
+// forgetting nodes that are gone, closing slots a dead operator left open, the first slot
+// assignment, replicas attached to their shard's primary, and the slot moves of a reshard. It talks
+// to nothing; a member pass reads the members, carries out one phase and reads them again.
+package shards
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Slots is the number of hash slots of a cluster.
+const Slots = 16384
+
+// Range is the slots From to To, both included (as CLUSTER ADDSLOTSRANGE takes them).
+type Range struct{ From, To int }
+
+func (r Range) String() string {
+	if r.From == r.To {
+		return fmt.Sprint(r.From)
+	}
+	return fmt.Sprintf("%d-%d", r.From, r.To)
+}
+
+// Even is the even assignment of every slot to n shards: shard i serves [i*Slots/n, (i+1)*Slots/n).
+func Even(n int) []Range {
+	if n <= 0 {
+		return nil
+	}
+	out := make([]Range, n)
+	for i := range out {
+		out[i] = Range{i * Slots / n, (i+1)*Slots/n - 1}
+	}
+	return out
+}
+
+// Node is one member of a sharded cache as a pass sees it: its pod (name, shard, address) and, when
+// its server answered, its own view of the cluster (CLUSTER MYID, CLUSTER NODES, and
+// CLUSTER COUNTKEYSINSLOT for the slots it has open).
+type Node struct {
+	Member string // the pod's name
+	Shard  int    // the shard its pod belongs to
+	// Ordinal orders the members of a shard: at the first assignment the lowest is the primary.
+	Ordinal int
+	Addr    string // the pod's ip:port now
+	// Observed: its server answered; what follows is valid.
+	Observed bool
+	ID       string // its node ID
+	// Primary: it says master. PrimaryID: the node it replicates, when it is a replica.
+	Primary   bool
+	PrimaryID string
+	Slots     []Range        // the slots it serves, as it lists them for itself
+	Migrating map[int]string // slot → the node ID it migrates the slot to
+	Importing map[int]string // slot → the node ID it imports the slot from
+	// KeysInOpen is how many keys it holds in each slot that any node has open.
+	KeysInOpen map[int]int64
+	// Known is every other node it knows: node ID → the address it has for it. Serving: those of
+	// them it sees serving slots.
+	Known   map[string]string
+	Serving map[string]bool
+}
+
+// Spec is the cluster the cache's spec asks for.
+type Spec struct {
+	Shards   int // shards, each serving an even part of the slots
+	PerShard int // members per shard: a primary and its replicas
+}
+
+// Kind is what a step does.
+type Kind string
+
+// The steps, in the order of the phases Decide goes through.
+const (
+	// Wait: nothing can be decided yet (Why says what is waited for).
+	Wait Kind = "Wait"
+	// Forget: every member forgets node Target (CLUSTER FORGET), which no member is any more.
+	Forget Kind = "Forget"
+	// Meet: Member meets the node at Addr (CLUSTER MEET), Target's member.
+	Meet Kind = "Meet"
+	// Move: the keys of Slots go from Member to Target (SETSLOT IMPORTING on Target, MIGRATING on
+	// Member, MIGRATE in batches, then SETSLOT NODE Target on both), slot by slot.
+	Move Kind = "Move"
+	// Stable: Member closes the open Slots (CLUSTER SETSLOT STABLE): nothing was moved.
+	Stable Kind = "Stable"
+	// AddSlots: Member starts serving Slots (CLUSTER ADDSLOTSRANGE).
+	AddSlots Kind = "AddSlots"
+	// Replicate: Member becomes a replica of Target (CLUSTER REPLICATE).
+	Replicate Kind = "Replicate"
+)
+
+// Step is one command of a phase, for the member named Member (Target and Addr: the other node).
+type Step struct {
+	Kind   Kind
+	Member string
+	Target string // a member's name, or for Forget a node ID
+	Addr   string
+	Slots  []Range
+	Why    string
+}
+
+func (s Step) String() string {
+	out := string(s.Kind) + " " + s.Member
+	if s.Target != "" {
+		out += " → " + s.Target
+	}
+	if len(s.Slots) > 0 {
+		parts := make([]string, len(s.Slots))
+		for i, r := range s.Slots {
+			parts[i] = r.String()
+		}
+		out += " [" + strings.Join(parts, ",") + "]"
+	}
+	return out
+}
+
+// Decide returns the steps of the first phase that has any, in this order: wait until every
+// member answers; forget nodes that are no member; introduce members to the first member (by
+// name); close slots left open; assign every slot of a new cluster; attach replicas to their
+// shard's primary; move slots until the shards serve Even(spec.Shards). A cluster that needs
+// nothing gets no step. The caller carries out one phase, reads the members again and calls
+// Decide again.
+func Decide(nodes []Node, spec Spec) []Step {
+	if len(nodes) == 0 {
+		return nil
+	}
+	nodes = append([]Node(nil), nodes...)
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Member < nodes[j].Member })
+	var silent []string
+	for _, n := range nodes {
+		if !n.Observed || n.ID == "" {
+			silent = append(silent, n.Member)
+		}
+	}
+	if len(silent) > 0 {
+		return []Step{{Kind: Wait, Why: "waiting for " + strings.Join(silent, ", ") + " to answer"}}
+	}
+	byID := map[string]*Node{}
+	for i := range nodes {
+		byID[nodes[i].ID] = &nodes[i]
+	}
+	for _, phase := range []func([]Node, map[string]*Node, Spec) []Step{forget, meet, closeOpen, assign, replicate, reshard} {
+		if steps := phase(nodes, byID, spec); len(steps) > 0 {
+			return steps
+		}
+	}
+	return nil
+}
+
+// forget: a node ID that some member knows and no member has (a member that came back with an
+// empty volume has a new ID; a member scaled away) is forgotten by every member, once no member
+// says it serves a slot (until the cluster's own failover has given its slots to a replica, it is
+// waited for).
+func forget(nodes []Node, byID map[string]*Node, _ Spec) []Step {
+	ghosts, serving := map[string]bool{}, map[string]bool{}
+	for _, n := range nodes {
+		for id := range n.Known {
+			if byID[id] == nil {
+				ghosts[id] = true
+				serving[id] = serving[id] || n.Serving[id]
+			}
+		}
+	}
+	var steps, waits []Step
+	for _, id := range sorted(ghosts) {
+		if serving[id] {
+			waits = append(waits, Step{Kind: Wait, Target: id, Why: "node " + id + ", no member of the cache, still serves slots: waiting for the cluster's failover to give them to its replica"})
+			continue
+		}
+		steps = append(steps, Step{Kind: Forget, Target: id, Why: "node " + id + " is no member of the cache"})
+	}
+	return append(steps, waits...)
+}
+
+// meet: every member is introduced to the first member (by name), at its current address, when
+// that member does not know it there (a new member, one back with a new ID, or a whole-cluster
+// restart that changed every address). Gossip spreads the rest: until every member knows every
+// other at its address, the pass waits (a later phase's command may name any node).
+func meet(nodes []Node, _ map[string]*Node, _ Spec) []Step {
+	first := nodes[0]
+	var steps []Step
+	for _, n := range nodes[1:] {
+		if addr, ok := first.Known[n.ID]; !ok || addr != n.Addr {
+			steps = append(steps, Step{Kind: Meet, Member: first.Member, Target: n.Member, Addr: n.Addr,
+				Why: fmt.Sprintf("%s does not know %s at %s", first.Member, n.Member, n.Addr)})
+		}
+	}
+	if len(steps) > 0 {
+		return steps
+	}
+	for _, n := range nodes {
+		for _, m := range nodes {
+			if addr, ok := n.Known[m.ID]; m.ID != n.ID && (!ok || addr != m.Addr) {
+				return []Step{{Kind: Wait, Member: n.Member, Target: m.Member,
+					Why: fmt.Sprintf("gossip: %s does not know %s at %s yet", n.Member, m.Member, m.Addr)}}
+			}
+		}
+	}
+	return nil
+}
+
+// closeOpen: a slot that a member has open (migrating or importing), left so by an operator that
+// stopped in the middle of a move, is moved on to the importing side when that side already holds
+// keys of it or both sides agree on the move; otherwise it is closed where it is open, since
+// nothing of it moved.
+func closeOpen(nodes []Node, byID map[string]*Node, _ Spec) []Step {
+	owner := map[int]*Node{}
+	open := map[int]bool{}
+	for i := range nodes {
+		for _, r := range nodes[i].Slots {
+			for s := r.From; s <= r.To; s++ {
+				owner[s] = &nodes[i]
+			}
+		}
+		for s := range nodes[i].Migrating {
+			open[s] = true
+		}
+		for s := range nodes[i].Importing {
+			open[s] = true
+		}
+	}
+	type pair struct {
+		kind     Kind
+		from, to string
+	}
+	grouped := map[pair][]int{}
+	for _, s := range sorted(open) {
+		o := owner[s]
+		var other *Node
+		for i := range nodes {
+			n := &nodes[i]
+			if n == o {
+				continue
+			}
+			if _, ok := n.Importing[s]; ok {
+				other = n
+			}
+		}
+		if o == nil {
+			// Nobody serves it: the importing side takes it if it holds keys of it.
+			if other != nil && other.KeysInOpen[s] > 0 {
+				grouped[pair{AddSlots, other.Member, ""}] = append(grouped[pair{AddSlots, other.Member, ""}], s)
+				continue
+			}
+			for i := range nodes {
+				if isOpen(nodes[i], s) {
+					grouped[pair{Stable, nodes[i].Member, ""}] = append(grouped[pair{Stable, nodes[i].Member, ""}], s)
+				}
+			}
+			continue
+		}
+		if to, ok := o.Migrating[s]; ok && other == nil {
+			if t := byID[to]; t != nil && t.KeysInOpen[s] > 0 {
+				other = t
+			}
+		}
+		if other != nil && (other.KeysInOpen[s] > 0 || o.Migrating[s] == other.ID) {
+			grouped[pair{Move, o.Member, other.Member}] = append(grouped[pair{Move, o.Member, other.Member}], s)
+			continue
+		}
+		for i := range nodes {
+			if isOpen(nodes[i], s) {
+				grouped[pair{Stable, nodes[i].Member, ""}] = append(grouped[pair{Stable, nodes[i].Member, ""}], s)
+			}
+		}
+	}
+	keys := make([]pair, 0, len(grouped))
+	for k := range grouped {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if a.kind != b.kind {
+			return a.kind < b.kind
+		}
+		if a.from != b.from {
+			return a.from < b.from
+		}
+		return a.to < b.to
+	})
+	var steps []Step
+	for _, k := range keys {
+		why := "a move left open by an operator that stopped: nothing of it moved"
+		if k.kind != Stable {
+			why = "a move left open by an operator that stopped: finished"
+		}
+		steps = append(steps, Step{Kind: k.kind, Member: k.from, Target: k.to, Slots: ranges(grouped[k]), Why: why})
+	}
+	return steps
+}
+
+func isOpen(n Node, s int) bool {
+	_, m := n.Migrating[s]
+	_, i := n.Importing[s]
+	return m || i
+}
+
+// assign: a cluster where no member serves any slot is new: each shard's first member (by
+// ordinal) takes its even part. Slots nobody serves in a cluster that has any are not assigned
+// here: their data was on a shard that lost every member, and handing them to another would hide
+// that (the caller reports it).
+func assign(nodes []Node, _ map[string]*Node, spec Spec) []Step {
+	for _, n := range nodes {
+		if len(n.Slots) > 0 {
+			return nil
+		}
+	}
+	var steps []Step
+	for shard, r := range Even(spec.Shards) {
+		if p := firstOf(nodes, shard); p != nil {
+			steps = append(steps, Step{Kind: AddSlots, Member: p.Member, Slots: []Range{r},
+				Why: fmt.Sprintf("a new cluster: shard %d serves slots %s", shard, r)})
+		}
+	}
+	return steps
+}
+
+// primaryOf returns the member of shard that serves slots (the shard's primary), or at none, the
+// one another member of the shard replicates, or the first by ordinal.
+func primaryOf(nodes []Node, byID map[string]*Node, shard int) *Node {
+	for i := range nodes {
+		if nodes[i].Shard == shard && nodes[i].Primary && len(nodes[i].Slots) > 0 {
+			return &nodes[i]
+		}
+	}
+	for i := range nodes {
+		if p := byID[nodes[i].PrimaryID]; nodes[i].Shard == shard && p != nil && p.Shard == shard {
+			return p
+		}
+	}
+	return firstOf(nodes, shard)
+}
+
+func firstOf(nodes []Node, shard int) *Node {
+	var first *Node
+	for i := range nodes {
+		if nodes[i].Shard == shard && (first == nil || nodes[i].Ordinal < first.Ordinal) {
+			first = &nodes[i]
+		}
+	}
+	return first
+}
+
+// replicate: every member of a shard but its primary replicates the primary. A member that serves
+// slots is never made a replica here (the cluster's own failover decides between primaries), and
+// the members of shards past spec.Shards, which are being removed, are left as they are.
+func replicate(nodes []Node, byID map[string]*Node, spec Spec) []Step {
+	var steps []Step
+	for shard := 0; shard < spec.Shards; shard++ {
+		p := primaryOf(nodes, byID, shard)
+		if p == nil {
+			continue
+		}
+		for _, n := range nodes {
+			if n.Shard != shard || n.Member == p.Member || len(n.Slots) > 0 || (!n.Primary && n.PrimaryID == p.ID) {
+				continue
+			}
+			steps = append(steps, Step{Kind: Replicate, Member: n.Member, Target: p.Member,
+				Why: fmt.Sprintf("%s is shard %d's primary", p.Member, shard)})
+		}
+	}
+	return steps
+}
+
+// reshard: once the cluster is whole, the slots move until shard i's primary serves Even(Shards)'s
+// part i: a slot served by another shard moves to the one that should serve it. Shards past
+// spec.Shards give all theirs away (they are removed once they hold no slot and no key).
+func reshard(nodes []Node, byID map[string]*Node, spec Spec) []Step {
+	want := Even(spec.Shards)
+	type pair struct{ from, to string }
+	moves := map[pair][]int{}
+	for i := range nodes {
+		n := &nodes[i]
+		for _, r := range n.Slots {
+			for s := r.From; s <= r.To; s++ {
+				shard := shardOf(want, s)
+				if shard == n.Shard {
+					continue
+				}
+				to := primaryOf(nodes, byID, shard)
+				if to == nil {
+					continue
+				}
+				moves[pair{n.Member, to.Member}] = append(moves[pair{n.Member, to.Member}], s)
+			}
+		}
+	}
+	keys := make([]pair, 0, len(moves))
+	for k := range moves {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].from != keys[j].from {
+			return keys[i].from < keys[j].from
+		}
+		return keys[i].to < keys[j].to
+	})
+	var steps []Step
+	for _, k := range keys {
+		steps = append(steps, Step{Kind: Move, Member: k.from, Target: k.to, Slots: ranges(moves[k]),
+			Why: fmt.Sprintf("resharding to %d shards", spec.Shards)})
+	}
+	return steps
+}
+
+// shardOf returns the shard of want that serves slot s.
+func shardOf(want []Range, s int) int {
+	return sort.Search(len(want), func(i int) bool { return want[i].To >= s })
+}
+
+// ranges folds sorted slots into ranges.
+func ranges(slots []int) []Range {
+	sort.Ints(slots)
+	var out []Range
+	for _, s := range slots {
+		if n := len(out); n > 0 && out[n-1].To == s-1 {
+			out[n-1].To = s
+			continue
+		}
+		out = append(out, Range{s, s})
+	}
+	return out
+}
+
+// sorted returns the keys of m in order.
+func sorted[K cmp.Ordered](m map[K]bool) []K {
+	out := make([]K, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,391 @@
+package shards
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// cluster builds the members of a cache of shards × per members, named c-<shard>-<ordinal>, every
+// one answering, every one knowing every other at its address, shard i's first member serving
+// Even(shards)[i] and the others replicating it: a whole cluster, which tests then change.
+func cluster(shards, per int) []Node {
+	var nodes []Node
+	even := Even(shards)
+	for s := 0; s < shards; s++ {
+		for o := 0; o < per; o++ {
+			n := Node{Member: fmt.Sprintf("c-%d-%d", s, o), Shard: s, Ordinal: o, Addr: fmt.Sprintf("10.0.%d.%d:6379", s, o),
+				Observed: true, ID: fmt.Sprintf("id-%d-%d", s, o)}
+			if o == 0 {
+				n.Primary, n.Slots = true, []Range{even[s]}
+			} else {
+				n.PrimaryID = fmt.Sprintf("id-%d-0", s)
+			}
+			nodes = append(nodes, n)
+		}
+	}
+	for i := range nodes {
+		nodes[i].Known, nodes[i].Serving = map[string]string{}, map[string]bool{}
+		for _, o := range nodes {
+			if o.ID != nodes[i].ID {
+				nodes[i].Known[o.ID] = o.Addr
+				nodes[i].Serving[o.ID] = len(o.Slots) > 0
+			}
+		}
+	}
+	return nodes
+}
+
+// fresh is cluster with every member just started: a master that serves nothing and knows no one.
+func fresh(shards, per int) []Node {
+	nodes := cluster(shards, per)
+	for i := range nodes {
+		nodes[i].Primary, nodes[i].PrimaryID, nodes[i].Slots = true, "", nil
+		nodes[i].Known, nodes[i].Serving = nil, nil
+	}
+	return nodes
+}
+
+func member(nodes []Node, name string) *Node {
+	for i := range nodes {
+		if nodes[i].Member == name {
+			return &nodes[i]
+		}
+	}
+	panic("no member " + name)
+}
+
+func strs(steps []Step) []string {
+	out := make([]string, len(steps))
+	for i, s := range steps {
+		out[i] = s.String()
+	}
+	return out
+}
+
+func TestEven(t *testing.T) {
+	for _, n := range []int{1, 3, 4, 6, 7, 100} {
+		r := Even(n)
+		if len(r) != n || r[0].From != 0 || r[n-1].To != Slots-1 {
+			t.Fatalf("Even(%d) = %v: want %d ranges from 0 to %d", n, r, n, Slots-1)
+		}
+		lo, hi := Slots, 0
+		for i, x := range r {
+			if i > 0 && x.From != r[i-1].To+1 {
+				t.Fatalf("Even(%d): %v does not follow %v", n, x, r[i-1])
+			}
+			lo, hi = min(lo, x.To-x.From+1), max(hi, x.To-x.From+1)
+		}
+		if hi-lo > 1 {
+			t.Errorf("Even(%d): sizes from %d to %d; want within one", n, lo, hi)
+		}
+	}
+	if got := Even(3); !reflect.DeepEqual(got, []Range{{0, 5460}, {5461, 10921}, {10922, 16383}}) {
+		t.Errorf("Even(3) = %v", got)
+	}
+}
+
+func TestDecide(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		nodes  func() []Node
+		spec   Spec
+		want   []string
+		whyHas string // a part of the first step's Why
+	}{
+		{name: "a whole cluster needs nothing", nodes: func() []Node { return cluster(3, 2) }, spec: Spec{3, 2}},
+		{name: "a member that does not answer is waited for", spec: Spec{3, 2},
+			nodes: func() []Node { n := cluster(3, 2); member(n, "c-1-1").Observed = false; return n },
+			want:  []string{"Wait "}, whyHas: "c-1-1"},
+		{name: "new members are introduced to the first", spec: Spec{3, 2},
+			nodes: func() []Node { return fresh(3, 2) },
+			want:  []string{"Meet c-0-0 → c-0-1", "Meet c-0-0 → c-1-0", "Meet c-0-0 → c-1-1", "Meet c-0-0 → c-2-0", "Meet c-0-0 → c-2-1"}},
+		{name: "introduced to the first, not yet to each other: gossip is waited for", spec: Spec{2, 2},
+			nodes: func() []Node {
+				n := cluster(2, 2)
+				delete(member(n, "c-1-1").Known, "id-1-0")
+				return n
+			},
+			want: []string{"Wait c-1-1 → c-1-0"}, whyHas: "gossip"},
+		{name: "a new cluster, introduced: each shard's first member takes its even part", spec: Spec{3, 2},
+			nodes: func() []Node {
+				n := cluster(3, 2)
+				for i := range n {
+					n[i].Primary, n[i].PrimaryID, n[i].Slots = true, "", nil
+					for id := range n[i].Serving {
+						n[i].Serving[id] = false
+					}
+				}
+				return n
+			},
+			want: []string{"AddSlots c-0-0 [0-5460]", "AddSlots c-1-0 [5461-10921]", "AddSlots c-2-0 [10922-16383]"}},
+		{name: "slots assigned: the others replicate their shard's primary", spec: Spec{3, 2},
+			nodes: func() []Node {
+				n := cluster(3, 2)
+				for i := range n {
+					if n[i].Ordinal > 0 {
+						n[i].Primary, n[i].PrimaryID = true, ""
+					}
+				}
+				member(n, "c-2-1").PrimaryID, member(n, "c-2-1").Primary = "id-0-0", false // following another shard
+				return n
+			},
+			want: []string{"Replicate c-0-1 → c-0-0", "Replicate c-1-1 → c-1-0", "Replicate c-2-1 → c-2-0"}},
+		{name: "after the cluster's own failover the promoted replica is the shard's primary", spec: Spec{3, 2},
+			nodes: func() []Node {
+				n := cluster(3, 2)
+				old, promoted := member(n, "c-1-0"), member(n, "c-1-1")
+				promoted.Primary, promoted.PrimaryID, promoted.Slots = true, "", old.Slots
+				old.Primary, old.Slots = true, nil // back, still a master of nothing
+				return n
+			},
+			want: []string{"Replicate c-1-0 → c-1-1"}},
+		{name: "a whole-cluster restart changed every address: introduced again", spec: Spec{2, 2},
+			nodes: func() []Node {
+				n := cluster(2, 2)
+				for i := range n {
+					n[i].Addr = strings.Replace(n[i].Addr, "10.0.", "10.9.", 1)
+				}
+				return n
+			},
+			want: []string{"Meet c-0-0 → c-0-1", "Meet c-0-0 → c-1-0", "Meet c-0-0 → c-1-1"}},
+		{name: "a member back with an empty volume: its old ID forgotten first", spec: Spec{2, 2},
+			nodes: func() []Node {
+				n := cluster(2, 2)
+				back := member(n, "c-1-1")
+				back.ID, back.Known, back.Serving, back.PrimaryID, back.Primary = "id-new", nil, nil, "", true
+				return n
+			},
+			want: []string{"Forget  → id-1-1"}},
+		{name: "then introduced, then made a replica again", spec: Spec{2, 2},
+			nodes: func() []Node {
+				n := cluster(2, 2)
+				back := member(n, "c-1-1")
+				back.ID, back.Known, back.Serving, back.PrimaryID, back.Primary = "id-new", nil, nil, "", true
+				for i := range n {
+					delete(n[i].Known, "id-1-1")
+				}
+				return n
+			},
+			want: []string{"Meet c-0-0 → c-1-1"}},
+		{name: "the empty member, introduced, never takes slots: it replicates", spec: Spec{2, 2},
+			nodes: func() []Node {
+				n := cluster(2, 2)
+				back := member(n, "c-1-1")
+				back.ID, back.PrimaryID, back.Primary = "id-new", "", true
+				for i := range n {
+					if _, ok := n[i].Known["id-1-1"]; ok {
+						delete(n[i].Known, "id-1-1")
+						n[i].Known["id-new"] = back.Addr
+					}
+				}
+				return n
+			},
+			want: []string{"Replicate c-1-1 → c-1-0"}},
+		{name: "a node that is no member but still serves slots is waited for", spec: Spec{2, 2},
+			nodes: func() []Node {
+				n := cluster(2, 2)
+				n = append(n[:2], n[3:]...) // c-1-0 gone from the members (say, its pod and volume deleted)
+				for i := range n {
+					n[i].Serving["id-1-0"] = true
+				}
+				return n
+			},
+			want: []string{"Wait  → id-1-0"}, whyHas: "failover"},
+		{name: "a move both sides agree on is finished", spec: Spec{2, 1},
+			nodes: func() []Node {
+				n := cluster(2, 1)
+				n[0].Migrating = map[int]string{100: "id-1-0", 101: "id-1-0"}
+				n[1].Importing = map[int]string{100: "id-0-0", 101: "id-0-0"}
+				return n
+			},
+			want: []string{"Move c-0-0 → c-1-0 [100-101]"}, whyHas: "finished"},
+		{name: "an import with keys already there is finished", spec: Spec{2, 1},
+			nodes: func() []Node {
+				n := cluster(2, 1)
+				n[1].Importing = map[int]string{7: "id-0-0"}
+				n[1].KeysInOpen = map[int]int64{7: 3}
+				return n
+			},
+			want: []string{"Move c-0-0 → c-1-0 [7]"}},
+		{name: "an import that moved nothing is closed", spec: Spec{2, 1},
+			nodes: func() []Node {
+				n := cluster(2, 1)
+				n[1].Importing = map[int]string{7: "id-0-0"}
+				return n
+			},
+			want: []string{"Stable c-1-0 [7]"}, whyHas: "nothing"},
+		{name: "a migration the other side never opened is closed", spec: Spec{2, 1},
+			nodes: func() []Node {
+				n := cluster(2, 1)
+				n[0].Migrating = map[int]string{9: "id-1-0"}
+				return n
+			},
+			want: []string{"Stable c-0-0 [9]"}},
+		{name: "a migration whose target already holds keys, not importing any more, is finished", spec: Spec{2, 1},
+			nodes: func() []Node {
+				n := cluster(2, 1)
+				n[0].Migrating = map[int]string{9: "id-1-0"}
+				n[1].KeysInOpen = map[int]int64{9: 1}
+				return n
+			},
+			want: []string{"Move c-0-0 → c-1-0 [9]"}},
+		{name: "three shards to four: each old shard gives the new one the part it must serve", spec: Spec{4, 2},
+			nodes: func() []Node {
+				n := cluster(3, 2)
+				for s := 0; s < 2; s++ { // shard 3's members: introduced, replica attached, no slot yet
+					x := Node{Member: fmt.Sprintf("c-3-%d", s), Shard: 3, Ordinal: s, Addr: fmt.Sprintf("10.0.3.%d:6379", s), Observed: true,
+						ID: fmt.Sprintf("id-3-%d", s), Primary: s == 0}
+					if s == 1 {
+						x.PrimaryID = "id-3-0"
+					}
+					n = append(n, x)
+				}
+				for i := range n {
+					for _, o := range n {
+						if o.ID != n[i].ID {
+							if n[i].Known == nil {
+								n[i].Known = map[string]string{}
+							}
+							n[i].Known[o.ID] = o.Addr
+						}
+					}
+				}
+				return n
+			},
+			want: []string{"Move c-0-0 → c-1-0 [4096-5460]", "Move c-1-0 → c-2-0 [8192-10921]", "Move c-2-0 → c-3-0 [12288-16383]"}},
+		{name: "four shards to three: the last gives all its slots away", spec: Spec{3, 2},
+			nodes: func() []Node { return cluster(4, 2) },
+			want:  []string{"Move c-1-0 → c-0-0 [4096-5460]", "Move c-2-0 → c-1-0 [8192-10921]", "Move c-3-0 → c-2-0 [12288-16383]"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			steps := Decide(tc.nodes(), tc.spec)
+			got := strs(steps)
+			if len(tc.want) == 1 && strings.HasSuffix(tc.want[0], " ") { // a prefix only
+				if len(got) != 1 || !strings.HasPrefix(got[0], tc.want[0]) {
+					t.Fatalf("got %q; want one step %q…", got, tc.want[0])
+				}
+			} else if !reflect.DeepEqual(got, tc.want) && (len(got) != 0 || len(tc.want) != 0) {
+				t.Fatalf("got %q\nwant %q", got, tc.want)
+			}
+			if tc.whyHas != "" && !strings.Contains(steps[0].Why, tc.whyHas) {
+				t.Errorf("the first step's reason %q does not say %q", steps[0].Why, tc.whyHas)
+			}
+		})
+	}
+}
+
+// TestDecideConverges carries out each phase as a server would, from new members to a whole
+// cluster and through reshards up and down, and checks that Decide ends with no step, every slot
+// served once, by the shard Even says, each shard one primary and its replicas.
+func TestDecideConverges(t *testing.T) {
+	nodes := fresh(3, 2)
+	run := func(spec Spec) {
+		t.Helper()
+		for round := 0; ; round++ {
+			steps := Decide(nodes, spec)
+			if len(steps) == 0 {
+				break
+			}
+			if round == 20 {
+				t.Fatalf("no end after 20 phases; the last: %q", strs(steps))
+			}
+			for _, s := range steps {
+				apply(t, nodes, s)
+			}
+		}
+		want := Even(spec.Shards)
+		served := map[int]string{}
+		for _, n := range nodes {
+			for _, r := range n.Slots {
+				for s := r.From; s <= r.To; s++ {
+					if prev, ok := served[s]; ok {
+						t.Fatalf("slot %d served by %s and %s", s, prev, n.Member)
+					}
+					if shardOf(want, s) != n.Shard {
+						t.Fatalf("slot %d served by shard %d; want %d", s, n.Shard, shardOf(want, s))
+					}
+					served[s] = n.Member
+				}
+			}
+			if !n.Primary && member(nodes, n.Member).PrimaryID != fmt.Sprintf("id-%d-0", n.Shard) {
+				t.Fatalf("%s replicates %s", n.Member, n.PrimaryID)
+			}
+		}
+		if len(served) != Slots {
+			t.Fatalf("%d slots served; want %d", len(served), Slots)
+		}
+	}
+	run(Spec{3, 2})
+	for s := 3; s < 6; s++ { // three more shards' members start
+		for o := 0; o < 2; o++ {
+			nodes = append(nodes, Node{Member: fmt.Sprintf("c-%d-%d", s, o), Shard: s, Ordinal: o, Addr: fmt.Sprintf("10.0.%d.%d:6379", s, o),
+				Observed: true, ID: fmt.Sprintf("id-%d-%d", s, o), Primary: true})
+		}
+	}
+	run(Spec{6, 2})
+	run(Spec{3, 2})
+	for _, n := range nodes {
+		if n.Shard >= 3 && len(n.Slots) > 0 {
+			t.Errorf("%s of a removed shard still serves %v", n.Member, n.Slots)
+		}
+	}
+}
+
+// apply carries a step out on the nodes as the servers would.
+func apply(t *testing.T, nodes []Node, s Step) {
+	t.Helper()
+	switch s.Kind {
+	case Meet:
+		a, b := member(nodes, s.Member), member(nodes, s.Target)
+		for _, pair := range [][2]*Node{{a, b}, {b, a}} {
+			if pair[0].Known == nil {
+				pair[0].Known = map[string]string{}
+			}
+			pair[0].Known[pair[1].ID] = pair[1].Addr
+		}
+		// Gossip: everyone a knows learns of b, and b of them.
+		for i := range nodes {
+			if _, ok := a.Known[nodes[i].ID]; ok && nodes[i].ID != b.ID {
+				if nodes[i].Known == nil {
+					nodes[i].Known = map[string]string{}
+				}
+				nodes[i].Known[b.ID] = b.Addr
+				b.Known[nodes[i].ID] = nodes[i].Addr
+			}
+		}
+	case AddSlots:
+		m := member(nodes, s.Member)
+		m.Slots = append(m.Slots, s.Slots...)
+	case Replicate:
+		m, p := member(nodes, s.Member), member(nodes, s.Target)
+		m.Primary, m.PrimaryID = false, p.ID
+	case Move:
+		from, to := member(nodes, s.Member), member(nodes, s.Target)
+		moving := map[int]bool{}
+		for _, r := range s.Slots {
+			for x := r.From; x <= r.To; x++ {
+				moving[x] = true
+			}
+		}
+		var kept []int
+		for _, r := range from.Slots {
+			for x := r.From; x <= r.To; x++ {
+				if !moving[x] {
+					kept = append(kept, x)
+				}
+			}
+		}
+		from.Slots = ranges(kept)
+		var all []int
+		for _, r := range append(append([]Range(nil), to.Slots...), s.Slots...) {
+			for x := r.From; x <= r.To; x++ {
+				all = append(all, x)
+			}
+		}
+		to.Slots = ranges(all)
+	default:
+		t.Fatalf("unexpected step %s", s)
+	}
+}
