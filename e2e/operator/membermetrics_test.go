@@ -149,14 +149,17 @@ func TestMemberMetricsOnRealNodes(t *testing.T) {
 		return at >= float64(start.Unix()) && s["cache_operator_member_role{"+target+",primary}"] == 1 &&
 			s["cache_operator_member_role{"+primary.Name+",replica}"] == 1, fmt.Sprint(s), nil
 	})
-	mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, _, _ := unstructured.NestedStringMap(mc.Object, "status", "lastFailover")
-	if last["kind"] != "switchover" || last["from"] != primary.Name || last["to"] != target || last["time"] == "" {
-		t.Errorf("status.lastFailover %v; want a switchover from %s to %s", last, primary.Name, target)
-	}
+	// The status is written by the next reconcile, which can follow the metrics by a moment on a
+	// busy machine: polled, with a deadline.
+	var last map[string]string
+	framework.Eventually(t, 30*time.Second, "status.lastFailover: a switchover from "+primary.Name+" to "+target, func() (bool, string, error) {
+		mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		last, _, _ = unstructured.NestedStringMap(mc.Object, "status", "lastFailover")
+		return last["kind"] == "switchover" && last["from"] == primary.Name && last["to"] == target && last["time"] != "", fmt.Sprint(last), nil
+	})
 	t.Logf("a cache of 3 after a switchover: %d series (%d per member and one for the last failover); status.lastFailover %v", len(s), (len(s)-1)/3, last)
 	if len(s) != before+1 {
 		t.Errorf("%d series after the switchover, %d before; want one more (the last failover)", len(s), before)
