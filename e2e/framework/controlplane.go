@@ -31,8 +31,10 @@ func (c *Cluster) RestartComponent(t testing.TB, component string) time.Duration
 	if err := proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("stopping %s (PID %d): %v", component, pid, err)
 	}
-	// A graceful stop; the API server drains its requests for up to a minute, so after 30 s
-	// the restart becomes a hard one (SIGKILL), as a kubelet's does after the grace period.
+	// A graceful stop: the local cluster's API server closes its watches within 5 s
+	// (shutdown-watch-termination-grace-period; without it, it waited out its 60 s HTTP
+	// shutdown timeout). After 30 s the restart becomes a hard one (SIGKILL), as a kubelet's
+	// does after the grace period.
 	deadline := time.Now().Add(30 * time.Second)
 	for alive(proc) {
 		if time.Now().After(deadline) {

@@ -217,3 +217,26 @@ func waitConditionSaying(t *testing.T, c *framework.Cluster, ns, name, typ, stat
 }
 
 var _ = corev1.EventTypeWarning
+
+// dumpBackupsOnFailure logs, when t fails, what a backup's progress passes through: the backups'
+// phases, their Jobs and the Jobs' pods (phase, node, the backup container's last lines).
+func dumpBackupsOnFailure(t *testing.T, c *framework.Cluster, ns string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := c.Kubectl(ctx, "get", "managedcachebackups.cache.example.com,jobs,pods", "-n", ns, "-o", "wide")
+		t.Logf("backups, Jobs and pods in %s (%v):\n%s", ns, err, out)
+		pods, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name"})
+		if err != nil {
+			t.Logf("the Jobs' pods: %v", err)
+			return
+		}
+		for _, p := range pods.Items {
+			out, err := c.Kubectl(ctx, "logs", "-n", ns, p.Name, "--all-containers", "--tail", "10", "--timestamps")
+			t.Logf("Job pod %s (%s, %s on %s): kubectl logs (%v):\n%s", p.Name, p.Labels["job-name"], p.Status.Phase, p.Spec.NodeName, err, out)
+		}
+	})
+}

@@ -24,9 +24,12 @@ import (
 // Tests that change what every test sees stay serial: stopping a node or the object store,
 // restarting the control plane, leader election, RBAC, the webhooks themselves, and those
 // whose figures are the whole machine's (memory, CPU, request counts of every user). So do those
-// that assert tight timings (a failover's p50, a partition's bounds), race a transient state (the
-// plugin's status during a failover: on a busy machine the failover was over before the status
-// ran) or use a second namespace (a restore into another namespace).
+// that assert tight timings (a failover's p50, a partition's bounds, how long a roll or a move stops
+// writes: side by side in CI, a roll's 2 s target was missed at 2.75 s), race a transient state
+// (the plugin's status during a failover: on a busy machine the failover was over before the
+// status ran) or use a second namespace (a restore into another namespace). The parallel tests
+// assert what was lost and refused, not how fast: their clients' bounds are for a loaded
+// machine (bulkClient).
 
 // sharedWebhooks is the operator that serves the parallel tests' webhooks.
 var sharedWebhooks struct {
@@ -77,8 +80,7 @@ const parallelSlots = 4
 // not end with one of them alone (measured: the backup schedule, started last, kept the two
 // cores 70 % idle for its last two minutes). The others follow in go test's order.
 var longestFirst = []string{"TestDeletingAChildCostsNothing", "TestRoutingThroughServices", "TestTLSTurnedOnAndOff",
-	"TestRollRedis70ToValkey81", "TestBackupAndRestoreOnEachEngine", "TestPasswordRotation", "TestInternalPasswordRotation",
-	"TestExistingCacheMovesToRoles", "TestVersionChangeAndSwitchover"}
+	"TestBackupAndRestoreOnEachEngine", "TestPasswordRotation", "TestInternalPasswordRotation"}
 
 // light are parallel tests that mostly wait (the backup schedule keeps 13 % of the machine busy)
 // and take no slot.

@@ -60,7 +60,7 @@ func startAuthLoad(name, rw, ro, pw string, maxOps int, limit time.Duration) *au
 					w.Close()
 					r.Close()
 				}
-				w, r = newClient(rw, pw), newClient(ro, pw)
+				w, r = bulkClient(rw, pw), bulkClient(ro, pw)
 			}
 			key := fmt.Sprintf("%s:%d", name, i)
 			err := w.Set(ctx, key, i, 0).Err()
@@ -124,7 +124,7 @@ func watchLinks(t *testing.T, c *framework.Cluster, ns, cache, user, pw string) 
 			up, replicas := 0, 0
 			for _, p := range pods {
 				cl := redis.NewClient(&redis.Options{Addr: net.JoinHostPort(p.Status.PodIP, "6379"), Username: user, Password: pw,
-					DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1, PoolSize: 1, Protocol: 2, DisableIdentity: true})
+					DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second, MaxRetries: -1, PoolSize: 1, Protocol: 2, DisableIdentity: true})
 				info, err := cl.Info(ctx, "replication").Result()
 				cl.Close()
 				if err != nil || strings.Contains(info, "role:master") {
@@ -411,7 +411,7 @@ func TestPasswordRotation(t *testing.T) {
 	if generated == newPW || len(generated) != 64 {
 		t.Errorf("the annotation's password: %d characters, same as before %v", len(generated), generated == newPW)
 	}
-	cl := newClient(rw, generated)
+	cl := bulkClient(rw, generated)
 	defer cl.Close()
 	if err := cl.Set(ctx, "after-rotation", "1", 0).Err(); err != nil {
 		t.Errorf("writing with the generated password: %v", err)

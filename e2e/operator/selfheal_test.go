@@ -507,7 +507,7 @@ func TestDeletingAChildCostsNothing(t *testing.T) {
 // seedKeys sets <prefix>0 .. <prefix>n-1 through addr, a thousand per round trip.
 func seedKeys(t *testing.T, addr, pw, prefix string, n int) {
 	t.Helper()
-	cl := newClient(addr, pw)
+	cl := bulkClient(addr, pw)
 	defer cl.Close()
 	for i := 0; i < n; i += 1000 {
 		pipe := cl.Pipeline()
@@ -524,7 +524,7 @@ func seedKeys(t *testing.T, addr, pw, prefix string, n int) {
 func countKeys(t *testing.T, addr, pw, prefix string, n int) (present, size int64) {
 	t.Helper()
 	ctx := context.Background()
-	cl := newClient(addr, pw)
+	cl := bulkClient(addr, pw)
 	defer cl.Close()
 	for i := 0; i < n; i += 1000 {
 		keys := make([]string, 0, 1000)

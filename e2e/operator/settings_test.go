@@ -76,13 +76,6 @@ func configGet(ctx context.Context, cl *redis.Client, name string) (string, erro
 	return m[name], err
 }
 
-// bulkClient is a client for fill's pipelines of 2 MiB: bounds longer than newClient's, still no
-// retries.
-func bulkClient(addr, pw string) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: addr, Password: pw, DialTimeout: time.Second, ReadTimeout: 5 * time.Second,
-		WriteTimeout: 5 * time.Second, MaxRetries: -1, PoolSize: 1, Protocol: 2, DisableIdentity: true})
-}
-
 // fill writes n values of size bytes under prefix through cl, 32 to a round trip, with a TTL when
 // ttl > 0. It returns how many were acknowledged and the first error (a refused write ends it).
 func fill(ctx context.Context, cl *redis.Client, prefix string, n, size int, ttl time.Duration) (int, error) {

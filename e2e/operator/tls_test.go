@@ -339,7 +339,7 @@ func TestTLSTurnedOnAndOff(t *testing.T) {
 		if len(lost) != 0 || w.ackedCount() == 0 {
 			t.Errorf("TLS %s: %d of %d acknowledged writes lost", step.name, len(lost), w.ackedCount())
 		}
-		plain := newClient(rw, pw)
+		plain := bulkClient(rw, pw)
 		err := plain.Ping(ctx).Err()
 		plain.Close()
 		if step.on && err == nil {

@@ -51,7 +51,7 @@ func TestClientsUserHasNoAdmin(t *testing.T) {
 	}
 	refused := 0
 	for _, addr := range targets {
-		cl := newClient(addr, pw)
+		cl := bulkClient(addr, pw)
 		for _, cmd := range adminCommands {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			err := cl.Do(cctx, cmd...).Err()
@@ -71,7 +71,7 @@ func TestClientsUserHasNoAdmin(t *testing.T) {
 		}
 		cl.Close()
 	}
-	primary := newClient(rc.addr, pw)
+	primary := bulkClient(rc.addr, pw)
 	defer primary.Close()
 	for _, cmd := range dataCommands {
 		if err := primary.Do(ctx, cmd...).Err(); err != nil && err != redis.Nil {

@@ -165,7 +165,6 @@ func checkDataSurvived(t *testing.T, c *framework.Cluster, ns, cache string, bef
 // steady writer: replicas first (valkey replicas of the redis primary), the handover to a valkey
 // member last; no acknowledged write lost, writes stopped at most 2 s, every key and value kept.
 func TestRollRedis70ToValkey81(t *testing.T) {
-	parallel(t)
 	rc := newRealCacheAt(t, "migrate", "m", "7.0")
 	c, ns, pw, rw := rc.c, rc.ns, rc.password, rc.addr
 	wantServers(t, serverOf(t, c, ns, "m"), "redis", "7.0.", "before the migration")
