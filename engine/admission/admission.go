@@ -9,6 +9,10 @@
 //     valkey), is rejected unless the object carries the annotation
 //     cache.example.com/allow-data-loss: "true" (every member then restarts empty); a pair the
 //     support matrix does not list is rejected in any case.
+//   - A cache is sharded (spec.shards) or not for its whole life: adding or removing spec.shards is
+//     rejected, with the way to do it (a new cache, restored from a backup). A v1 object carries
+//     spec.shards in its v2-spec annotation, which its own schema cannot check: the shard count's
+//     range and the engine's cluster mode are judged here for both versions.
 //
 // It is not for schema validation (the CRD does that at once, without the operator running).
 package admission
@@ -36,10 +40,19 @@ type Change struct {
 	OldEngine, NewEngine string
 	// Annotations are the object's annotations (for the override).
 	Annotations map[string]string
+	// Create: the change makes the cache (the Old fields are empty).
+	Create bool
+	// ShardsField names spec.shards in the user's version; OldShards and NewShards are its values
+	// (0: not sharded).
+	ShardsField          string
+	OldShards, NewShards int64
 }
 
 // Validate returns why the change is rejected, or nil.
 func Validate(c Change) error {
+	if err := validateShards(c); err != nil {
+		return err
+	}
 	if c.NewReplicas < c.OldReplicas {
 		majority := c.OldReplicas/2 + 1
 		if c.NewReplicas < majority && c.Annotations[AllowQuorumLossAnnotation] != "true" {
@@ -74,6 +87,39 @@ func Validate(c Change) error {
 	}
 	return nil
 }
+
+// validateShards judges spec.shards: its range, the mode change, and the engine's cluster mode.
+func validateShards(c Change) error {
+	if c.NewShards < 0 {
+		return fmt.Errorf("%s: must be a whole number between %d and %d", c.ShardsField, api.MinShards, api.MaxShards)
+	}
+	if c.NewShards != 0 && (c.NewShards < api.MinShards || c.NewShards > api.MaxShards) {
+		return fmt.Errorf("%s: must be between %d and %d (a cluster needs a majority of its primaries to fail one over), got %d",
+			c.ShardsField, api.MinShards, api.MaxShards, c.NewShards)
+	}
+	if !c.Create && (c.OldShards > 0) != (c.NewShards > 0) {
+		from, to := "a primary/replica cache", fmt.Sprintf("a sharded cache of %d shards", c.NewShards)
+		if c.OldShards > 0 {
+			from, to = fmt.Sprintf("a sharded cache of %d shards", c.OldShards), "a primary/replica cache"
+		}
+		return fmt.Errorf("%s: cannot turn %s into %s: a cache is sharded or not for its whole life (its data is one "+
+			"keyspace on every member, or spread over the shards' hash slots); create a new cache of the other kind "+
+			"with spec.restore naming a backup of this one, move the clients, then delete this one",
+			c.ShardsField, from, to)
+	}
+	if c.NewShards > 0 && c.NewVersion != "" {
+		if why := support.ClusterRefusal(or(c.NewEngine, "redis"), c.NewVersion); why != "" {
+			return fmt.Errorf("%s: %s", c.ShardsField, why)
+		}
+	}
+	if c.NewShards > 0 && !shardsServed {
+		return fmt.Errorf("%s: %s", c.ShardsField, api.ShardsNotServed)
+	}
+	return nil
+}
+
+// shardsServed turns api.ShardsNotServed off (tests of the rules before it).
+var shardsServed = false
 
 func or(s, def string) string {
 	if s == "" {

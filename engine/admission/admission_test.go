@@ -12,6 +12,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"example.com/cache-operator/engine/api"
 )
 
 func TestValidateTable(t *testing.T) {
@@ -116,10 +118,32 @@ func TestHandlerObjectsAndScale(t *testing.T) {
 		{"scale 3 to 2", admissionv1.AdmissionRequest{Namespace: "shop", Name: "s", SubResource: "scale", Operation: admissionv1.Update, OldObject: scale(3), Object: scale(2)}, ""},
 		{"v1 create of an unsupported pair", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create, Object: v1(3, "8.1", "")}, "spec.version: redis 8.1 is not supported; supported: redis 7.0, 7.2, 8.0; valkey 8.0, 8.1"},
 		{"v1 create of a supported pair", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create, Object: v1(3, "8.0", "")}, ""},
+		{"v1 create of 2 shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create, Object: v1(2, "8.0", shardsAnn(2))},
+			"metadata.annotations[cache.example.com/v2-spec].shards: must be between 3 and 32 (a cluster needs a majority of its primaries to fail one over), got 2"},
+		{"v1 create of 3 shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create, Object: v1(2, "8.0", shardsAnn(3))}, served},
+		{"v1 create of 2.5 shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create, Object: v1(2, "8.0", `"cache.example.com/v2-spec":"{\"shards\":2.5}"`)}, "shards: must be a whole number"},
+		{"v1 update adding shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(3, "7.2", ""), Object: v1(3, "7.2", shardsAnn(3))},
+			"metadata.annotations[cache.example.com/v2-spec].shards: cannot turn a primary/replica cache into a sharded cache of 3 shards: a cache is sharded or not for its whole life"},
+		{"v1 update removing shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(2, "7.2", shardsAnn(4)), Object: v1(2, "7.2", "")},
+			"cannot turn a sharded cache of 4 shards into a primary/replica cache"},
+		{"v1 update of the shard count", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(2, "7.2", shardsAnn(3)), Object: v1(2, "7.2", shardsAnn(6))}, served},
+		{"v2 update adding shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v2"}, Operation: admissionv1.Update, OldObject: v2(3, "7.2"),
+			Object: runtime.RawExtension{Raw: []byte(`{"apiVersion":"cache.example.com/v2","kind":"ManagedCache","metadata":{"name":"s"},"spec":{"replicas":3,"shards":3,"engine":{"version":"7.2"}}}`)}},
+			"spec.shards: cannot turn a primary/replica cache into a sharded cache of 3 shards"},
 		{"garbage", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: runtime.RawExtension{Raw: []byte(`{}`)}, Object: runtime.RawExtension{Raw: []byte(`[]`)}}, "decoding"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.req.UID = "uid-1"
+			if tc.want == served {
+				// What the operator will serve: refused for now, and allowed by the rules.
+				resp := review(t, h, &tc.req)
+				if resp.Allowed || !strings.HasSuffix(resp.Result.Message, "shards: "+api.ShardsNotServed) {
+					t.Errorf("response %+v, want denied as not served yet", resp)
+				}
+				shardsServed = true
+				defer func() { shardsServed = false }()
+				tc.want = ""
+			}
 			resp := review(t, h, &tc.req)
 			if tc.want == "" {
 				if !resp.Allowed {
@@ -132,6 +156,14 @@ func TestHandlerObjectsAndScale(t *testing.T) {
 			}
 		})
 	}
+}
+
+// served marks a case the rules allow and ShardsNotServed refuses for now.
+const served = "(served)"
+
+// shardsAnn is a v1 object's v2-spec annotation with spec.shards n.
+func shardsAnn(n int) string {
+	return `"cache.example.com/v2-spec":"{\"shards\":` + itoa(n) + `}"`
 }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }

@@ -64,12 +64,13 @@ func changeOf(ctx context.Context, req *admissionv1.AdmissionRequest, lookup Ann
 		if err != nil {
 			return Change{}, fmt.Errorf("decoding the object: %w", err)
 		}
-		c := Change{VersionField: "spec.engine"}
+		c := Change{VersionField: "spec.engine", ShardsField: "spec.shards", Create: true}
 		if req.Kind.Version == "v1" {
-			c.VersionField = "spec.version"
+			c.VersionField, c.ShardsField = "spec.version", v1ShardsField
 		}
 		c.NewVersion, _, _ = unstructured.NestedString(newObj.Object, "spec", "engine", "version")
 		c.NewEngine, _, _ = unstructured.NestedString(newObj.Object, "spec", "engine", "name")
+		c.NewShards = shards(newObj)
 		return c, nil
 	}
 	if req.Operation != admissionv1.Update {
@@ -100,10 +101,11 @@ func changeOf(ctx context.Context, req *admissionv1.AdmissionRequest, lookup Ann
 	if err != nil {
 		return Change{}, fmt.Errorf("decoding the object: %w", err)
 	}
-	c := Change{ReplicasField: "spec.replicas", VersionField: "spec.engine", Annotations: newObj.GetAnnotations()}
+	c := Change{ReplicasField: "spec.replicas", VersionField: "spec.engine", ShardsField: "spec.shards", Annotations: newObj.GetAnnotations()}
 	if req.Kind.Version == "v1" {
-		c.ReplicasField, c.VersionField = "spec.size", "spec.version"
+		c.ReplicasField, c.VersionField, c.ShardsField = "spec.size", "spec.version", v1ShardsField
 	}
+	c.OldShards, c.NewShards = shards(oldObj), shards(newObj)
 	c.OldReplicas = replicas(oldObj)
 	c.NewReplicas = replicas(newObj)
 	c.OldVersion, _, _ = unstructured.NestedString(oldObj.Object, "spec", "engine", "version")
@@ -123,6 +125,26 @@ func asV2(raw []byte) (*unstructured.Unstructured, error) {
 		return nil, err
 	}
 	return &unstructured.Unstructured{Object: v2}, nil
+}
+
+// v1ShardsField is where a v1 object carries spec.shards.
+const v1ShardsField = "metadata.annotations[" + conversion.SpecAnnotation + "].shards"
+
+// shards is spec.shards (0 when not set; -1 when it is not a whole number, which the range rule
+// refuses).
+func shards(u *unstructured.Unstructured) int64 {
+	spec, _ := u.Object["spec"].(map[string]interface{})
+	switch n := spec["shards"].(type) {
+	case nil:
+		return 0
+	case int64:
+		return n
+	case float64:
+		if n == float64(int64(n)) {
+			return int64(n)
+		}
+	}
+	return -1
 }
 
 // replicas is spec.replicas, or the CRD's default when it is not set.

@@ -11,13 +11,19 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"example.com/cache-operator/crd"
+	"example.com/cache-operator/engine/support"
 )
 
 // Spec is a ManagedCache's spec (API v2, the operator's hub version) after defaulting and
 // validation.
 type Spec struct {
-	// Replicas is the number of members (1-9).
+	// Replicas is the number of members (1-9): of the cache, or of each shard when Shards > 0.
 	Replicas int64
+	// Shards is spec.shards: 0 for a primary/replica cache; MinShards to MaxShards for a sharded
+	// cache (Redis Cluster, Valkey cluster mode), whose every shard has Replicas members (a
+	// primary and its replicas) and serves an even part of the 16,384 hash slots. A cache is one
+	// or the other for its whole life.
+	Shards int64
 	// Engine is the server: redis or valkey, and its MAJOR.MINOR version (the image tag).
 	Engine Engine
 	// Storage is each member's volume.
@@ -41,6 +47,27 @@ type Spec struct {
 	// Hibernate is spec.hibernate: every member stopped, the volumes and the other children kept.
 	Hibernate bool
 }
+
+// The range of spec.shards. A cluster needs a majority of its primaries to fail one over, so
+// that fewer than three cannot lose one; MaxShards bounds the members a cache makes (32 shards
+// of 9) and the names: a member of shard 31 is <name>-s31-<ordinal>.
+const (
+	MinShards = 3
+	MaxShards = 32
+	// MaxShardedNameLength is the longest metadata.name of a sharded cache: its StatefulSets are
+	// <name>-s<shard>, and their revision labels (<statefulset>-<10 characters>) must fit in 63.
+	MaxShardedNameLength = 48
+)
+
+// ShardsNotServed is why a sharded cache is refused (the CRD's rule, the webhook, SpecFrom) until
+// the operator forms and keeps a cluster: the API and its rules are in place first.
+const ShardsNotServed = "sharded caches are not served by this version of cache-operator yet (it forms no cluster); leave spec.shards out for a primary/replica cache"
+
+// shardsServed turns ShardsNotServed off (tests of the rules that follow it).
+var shardsServed = false
+
+// Sharded reports whether the spec asks for a sharded cache.
+func (s Spec) Sharded() bool { return s.Shards > 0 }
 
 // Backup is spec.backup: where a cache's backups go, when, and how many stay.
 type Backup struct {
@@ -183,6 +210,18 @@ func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
 	if s.Replicas, err = intField(spec, "replicas"); err != nil {
 		return s, err
 	}
+	if _, set := spec["shards"]; set {
+		if s.Shards, err = intField(spec, "shards"); err != nil || s.Shards < MinShards || s.Shards > MaxShards {
+			return s, fmt.Errorf("spec.shards: must be an integer between %d and %d (a cluster needs a majority of its primaries to fail one over), got %v",
+				MinShards, MaxShards, spec["shards"])
+		}
+		if n := len(mc.GetName()); n > MaxShardedNameLength {
+			return s, fmt.Errorf("metadata.name: a sharded cache's name may be at most %d characters (its StatefulSets are <name>-s<shard>), got %d", MaxShardedNameLength, n)
+		}
+		if !shardsServed {
+			return s, fmt.Errorf("spec.shards: %s", ShardsNotServed)
+		}
+	}
 	fields := []struct {
 		path []string
 		dst  *string
@@ -254,6 +293,8 @@ func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
 		return s, fmt.Errorf("spec.engine.name: must be redis or valkey, got %q", s.Engine.Name)
 	case !versionPattern.MatchString(s.Engine.Version):
 		return s, fmt.Errorf("spec.engine.version: must look like MAJOR.MINOR (e.g. \"8.0\"), got %q", s.Engine.Version)
+	case s.Sharded() && support.ClusterRefusal(s.Engine.Name, s.Engine.Version) != "":
+		return s, fmt.Errorf("spec.shards: %s", support.ClusterRefusal(s.Engine.Name, s.Engine.Version))
 	case sizeErr != nil:
 		return s, fmt.Errorf("spec.storage.size: not a quantity: %q", s.Storage.Size)
 	case size.Cmp(minStorage) < 0:

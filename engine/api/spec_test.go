@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"example.com/cache-operator/crd"
 )
 
 // maxmemory always has a value: spec.eviction.maxMemory, else three quarters of the memory
@@ -72,5 +74,63 @@ func TestFence(t *testing.T) {
 		case tc.err == "" && s.Fence != tc.want:
 			t.Errorf("%s: fence %+v; want %+v", tc.name, s.Fence, tc.want)
 		}
+	}
+}
+
+// spec.shards: absent is a primary/replica cache; 3 to 32 is a sharded one of replicas members
+// per shard (the fence per shard); anything else, or a name too long for the shards' children,
+// is an error that names the field.
+func TestShards(t *testing.T) {
+	shardsServed = true
+	defer func() { shardsServed = false }()
+	long := strings.Repeat("n", MaxShardedNameLength+1)
+	for _, tc := range []struct {
+		name, cache string
+		spec        map[string]interface{}
+		shards      int64
+		fence       Fence
+		err         string
+	}{
+		{"not sharded", "c", map[string]interface{}{"replicas": int64(3)}, 0, Fence{1, 5}, ""},
+		{"three shards of two", "c", map[string]interface{}{"shards": int64(3), "replicas": int64(2)}, 3, Fence{0, 5}, ""},
+		{"six shards of three: the fence per shard", "c", map[string]interface{}{"shards": float64(6), "replicas": int64(3)}, 6, Fence{1, 5}, ""},
+		{"the most", "c", map[string]interface{}{"shards": int64(MaxShards)}, MaxShards, Fence{0, 5}, ""},
+		{"two shards", "c", map[string]interface{}{"shards": int64(2)}, 0, Fence{}, "spec.shards: must be an integer between 3 and 32"},
+		{"zero", "c", map[string]interface{}{"shards": int64(0)}, 0, Fence{}, "spec.shards"},
+		{"too many", "c", map[string]interface{}{"shards": int64(MaxShards + 1)}, 0, Fence{}, "spec.shards"},
+		{"not a number", "c", map[string]interface{}{"shards": "3"}, 0, Fence{}, "spec.shards"},
+		{"a long name, not sharded", long, map[string]interface{}{}, 0, Fence{0, 5}, ""},
+		{"a long name, sharded", long, map[string]interface{}{"shards": int64(3)}, 0, Fence{}, "metadata.name: a sharded cache's name may be at most 48"},
+	} {
+		spec := map[string]interface{}{"engine": map[string]interface{}{"version": "7.2"}}
+		for k, v := range tc.spec {
+			spec[k] = v
+		}
+		mc := &unstructured.Unstructured{Object: map[string]interface{}{"metadata": map[string]interface{}{"name": tc.cache}, "spec": spec}}
+		s, err := SpecFrom(mc)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: error %v; want one containing %q", tc.name, err, tc.err)
+		case tc.err == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.err == "" && (s.Shards != tc.shards || s.Sharded() != (tc.shards > 0) || s.Fence != tc.fence):
+			t.Errorf("%s: shards %d (sharded %v), fence %+v; want %d, %+v", tc.name, s.Shards, s.Sharded(), s.Fence, tc.shards, tc.fence)
+		}
+	}
+}
+
+// Until the operator forms clusters, a sharded spec is an error that says so.
+func TestShardsNotServed(t *testing.T) {
+	spec := map[string]interface{}{"engine": map[string]interface{}{"version": "7.2"}, "shards": int64(3)}
+	_, err := SpecFrom(&unstructured.Unstructured{Object: map[string]interface{}{"metadata": map[string]interface{}{"name": "c"}, "spec": spec}})
+	if want := "spec.shards: " + ShardsNotServed; err == nil || err.Error() != want {
+		t.Errorf("error %v; want %q", err, want)
+	}
+}
+
+// The CRD's rule refuses a sharded cache with the same words as the operator.
+func TestCRDRefusesShardsWithTheSameWords(t *testing.T) {
+	if want := `message: "spec.shards: ` + ShardsNotServed + `"`; !strings.Contains(string(crd.ManagedCaches), want) {
+		t.Errorf("the CRD has no rule with %s", want)
 	}
 }

@@ -18,16 +18,21 @@ type Release struct {
 	// RDB is the snapshot format version the release writes; a server loads formats up to its
 	// own (Valkey 8 loads Redis formats up to 11, Redis 7.2's).
 	RDB int
+	// Cluster: it runs as a member of a sharded cache (cluster mode), with what the operator
+	// drives it by: CLUSTER ADDSLOTSRANGE (7.0 on), MIGRATE ... AUTH2 ... KEYS, and
+	// cluster-allow-replica-migration. No release here has atomic slot migration (Valkey 9):
+	// slots move key by key.
+	Cluster bool
 }
 
 // Releases are the supported pairs, oldest first within each engine. Redis before 7.0 lacks what
 // the operator needs (multi-section INFO, ACL selectors such as &*).
 var Releases = []Release{
-	{Engine: "redis", Version: "7.0", Repository: "redis", RDB: 10},
-	{Engine: "redis", Version: "7.2", Repository: "redis", RDB: 11},
-	{Engine: "redis", Version: "8.0", Repository: "redis", RDB: 12},
-	{Engine: "valkey", Version: "8.0", Repository: "valkey/valkey", RDB: 11},
-	{Engine: "valkey", Version: "8.1", Repository: "valkey/valkey", RDB: 11},
+	{Engine: "redis", Version: "7.0", Repository: "redis", RDB: 10, Cluster: true},
+	{Engine: "redis", Version: "7.2", Repository: "redis", RDB: 11, Cluster: true},
+	{Engine: "redis", Version: "8.0", Repository: "redis", RDB: 12, Cluster: true},
+	{Engine: "valkey", Version: "8.0", Repository: "valkey/valkey", RDB: 11, Cluster: true},
+	{Engine: "valkey", Version: "8.1", Repository: "valkey/valkey", RDB: 11, Cluster: true},
 }
 
 // Engines are the engine names, in the order of Releases.
@@ -90,6 +95,15 @@ func Unsupported(engine, version string) error {
 	return fmt.Errorf("%s %s is not supported; supported: %s", engine, version, Summary())
 }
 
+// ClusterRefusal says why engine and version cannot run a sharded cache, or "" (a pair not in the
+// matrix is Unsupported's).
+func ClusterRefusal(engine, version string) string {
+	if r, ok := Find(engine, version); ok && !r.Cluster {
+		return fmt.Sprintf("%s %s cannot run in cluster mode (a sharded cache)", r.Engine, r.Version)
+	}
+	return ""
+}
+
 // LoadRefusal says why a server of release to cannot load data written by fromEngine in snapshot
 // format fromRDB, or "".
 func LoadRefusal(fromEngine string, fromRDB int, to Release) string {
@@ -146,9 +160,13 @@ func CELMessage() string {
 // MarkdownTable is the API page's table of the matrix (docs/api.md; the docs' test compares them).
 func MarkdownTable() string {
 	var b strings.Builder
-	b.WriteString("| engine | version | image | snapshot format (RDB) |\n|---|---|---|---|\n")
+	b.WriteString("| engine | version | image | snapshot format (RDB) | sharded (cluster mode) |\n|---|---|---|---|---|\n")
 	for _, r := range Releases {
-		fmt.Fprintf(&b, "| %s | %s | `%s:%s` | %d |\n", r.Engine, r.Version, r.Repository, r.Version, r.RDB)
+		cluster := "no"
+		if r.Cluster {
+			cluster = "yes"
+		}
+		fmt.Fprintf(&b, "| %s | %s | `%s:%s` | %d | %s |\n", r.Engine, r.Version, r.Repository, r.Version, r.RDB, cluster)
 	}
 	return b.String()
 }

@@ -104,3 +104,20 @@ func TestCRDIsTheMatrix(t *testing.T) {
 		t.Errorf("found %d of the CRD's two versions", seen)
 	}
 }
+
+func TestClusterRefusal(t *testing.T) {
+	for _, r := range Releases {
+		if got := ClusterRefusal(r.Engine, r.Version); got != "" {
+			t.Errorf("%s %s: %q; every release in the matrix runs in cluster mode", r.Engine, r.Version, got)
+		}
+	}
+	saved := Releases
+	defer func() { Releases = saved }()
+	Releases = []Release{{Engine: "redis", Version: "7.0", Repository: "redis", RDB: 10}}
+	if got, want := ClusterRefusal("redis", "7.0.15"), "redis 7.0 cannot run in cluster mode (a sharded cache)"; got != want {
+		t.Errorf("a release without cluster mode: %q; want %q", got, want)
+	}
+	if got := ClusterRefusal("redis", "6.2"); got != "" {
+		t.Errorf("a pair outside the matrix: %q; want \"\" (Unsupported's to refuse)", got)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/conversion"
 )
 
 // Names of what the operator registers.
@@ -54,11 +55,15 @@ func (e Endpoint) clientConfig(path string, caBundle []byte) admissionregistrati
 }
 
 // matchCondition limits the webhook to what its rules judge: an update to a lower member count or
-// another version or engine, and a v1 create (v1 carries no engine name, so the CRD cannot check
-// the pair: the engine is in the v2-spec annotation). Everything else (v2 creates, finalizer and
-// annotation changes, scaling up) never calls it, so those keep working while the operator is
-// down (v1 needs it anyway, for conversion). (A schedule is judged by the CRD.)
+// another version or engine, a v1 create, and a v1 update of the v2-spec annotation (v1 carries no
+// engine name and no shards, so the CRD cannot check them: they are in that annotation).
+// Everything else (v2 creates, finalizer and other annotation changes, scaling up) never calls it,
+// so those keep working while the operator is down (v1 needs it anyway, for conversion). (A
+// schedule, and adding or removing spec.shards in v2, are judged by the CRD.)
 const matchCondition = `request.operation == 'CREATE' ? request.kind.version == 'v1' : has(request.subResource) && request.subResource == 'scale' ? object.spec.replicas < oldObject.spec.replicas : (
+  (request.kind.version == 'v1' &&
+    (has(object.metadata.annotations) && '` + conversion.SpecAnnotation + `' in object.metadata.annotations ? object.metadata.annotations['` + conversion.SpecAnnotation + `'] : '') !=
+    (has(oldObject.metadata.annotations) && '` + conversion.SpecAnnotation + `' in oldObject.metadata.annotations ? oldObject.metadata.annotations['` + conversion.SpecAnnotation + `'] : '')) ||
   (has(object.spec.size) && has(oldObject.spec.size) && object.spec.size < oldObject.spec.size) ||
   (has(object.spec.replicas) && has(oldObject.spec.replicas) && object.spec.replicas < oldObject.spec.replicas) ||
   (has(object.spec.version) && has(oldObject.spec.version) && object.spec.version != oldObject.spec.version) ||
