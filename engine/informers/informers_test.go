@@ -3,6 +3,7 @@ package informers
 import (
 	"encoding/json"
 	"reflect"
+	"sort"
 	"testing"
 	"time"
 
@@ -374,5 +375,38 @@ func TestManagedFieldsKeptUntilTheUpgrade(t *testing.T) {
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: kept %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A cache's members are the pods its StatefulSet controls and the pods with its labels that
+// nothing controls (orphaned by a StatefulSet deleted with --cascade=orphan: still running, still
+// the primary); a pod with the labels that another controller owns is none.
+func TestMemberPodsKeepOrphans(t *testing.T) {
+	pods := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Pod{}, 0, cache.Indexers{InstanceIndex: podInstance})
+	s := &Set{Pods: pods}
+	add := func(name string, owner *metav1.OwnerReference) {
+		p := &Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Labels: map[string]string{api.LabelInstance: "sessions"}}}
+		if owner != nil {
+			p.OwnerReferences = []metav1.OwnerReference{*owner}
+		}
+		if err := pods.GetIndexer().Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	controller := func(kind, name string) *metav1.OwnerReference {
+		return &metav1.OwnerReference{APIVersion: "apps/v1", Kind: kind, Name: name, UID: types.UID(kind + name), Controller: ptr.To(true)}
+	}
+	add("sessions-0", controller("StatefulSet", "sessions"))
+	add("sessions-1", nil) // orphaned
+	add("sessions-2", &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "sessions", UID: "old"}) // a reference, not a controller
+	add("sessions-backup-x", controller("Job", "sessions-backup-x"))
+	add("sessions-3", controller("StatefulSet", "other"))
+	var got []string
+	for _, p := range s.MemberPods("shop", "sessions") {
+		got = append(got, p.Name)
+	}
+	sort.Strings(got)
+	if want := []string{"sessions-0", "sessions-1", "sessions-2"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("members %v; want %v", got, want)
 	}
 }

@@ -236,7 +236,12 @@ func (s *Set) CountByReady() map[string]int {
 	return counts
 }
 
-// MemberPods returns the pods of the cache namespace/name: those its StatefulSet controls. Each is the informer's own copy: read it, never change it.
+// MemberPods returns the pods of the cache namespace/name: those its StatefulSet controls, and
+// those with its labels that nothing controls (a StatefulSet deleted with --cascade=orphan leaves
+// its pods running, serving the data, until the one the operator makes again adopts them: taking
+// them for gone failed over from a live primary, and lost the writes it acknowledged meanwhile).
+// A pod another controller owns (a backup Job's) is none. Each is the informer's own copy: read
+// it, never change it.
 func (s *Set) MemberPods(namespace, name string) []*Pod {
 	objs, err := s.Pods.GetIndexer().ByIndex(InstanceIndex, namespace+"/"+name)
 	if err != nil {
@@ -248,7 +253,7 @@ func (s *Set) MemberPods(namespace, name string) []*Pod {
 		if !ok {
 			continue
 		}
-		if ref := metav1.GetControllerOfNoCopy(p); ref == nil || ref.Kind != "StatefulSet" || ref.Name != name {
+		if ref := metav1.GetControllerOfNoCopy(p); ref != nil && (ref.Kind != "StatefulSet" || ref.Name != name) {
 			continue
 		}
 		out = append(out, p)
