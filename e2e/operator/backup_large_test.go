@@ -94,21 +94,38 @@ func (p *latencyProbe) windows(from, to time.Time, width time.Duration) string {
 	return strings.Join(out, " ")
 }
 
-// fillBytes writes about total bytes of incompressible values of size bytes each (database 0).
+// fillBytes writes about total bytes of incompressible values of size bytes each (database 0),
+// from four connections at once (each a pipeline of 8 MiB at a time over its quarter of the keys):
+// the server works on one connection's batch while the others' are on the wire. It returns the
+// number of keys.
 func fillBytes(t *testing.T, cl *redis.Client, total, size int) int {
 	t.Helper()
-	ctx := context.Background()
-	rng := rand.New(rand.NewSource(42))
+	const workers = 4
 	n := total / size
-	value := make([]byte, size)
-	pipe := cl.Pipeline()
-	for i := 0; i < n; i++ {
-		rng.Read(value)
-		pipe.Set(ctx, fmt.Sprintf("big:%06d", i), string(value), 0)
-		if i%512 == 511 || i == n-1 {
-			if _, err := pipe.Exec(ctx); err != nil {
-				t.Fatalf("filling: %v", err)
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func(w int) {
+			ctx := context.Background()
+			rng := rand.New(rand.NewSource(42 + int64(w)))
+			value := make([]byte, size)
+			pipe := cl.Pipeline()
+			from, to := w*n/workers, (w+1)*n/workers
+			for i := from; i < to; i++ {
+				rng.Read(value)
+				pipe.Set(ctx, fmt.Sprintf("big:%06d", i), string(value), 0)
+				if (i-from)%512 == 511 || i == to-1 {
+					if _, err := pipe.Exec(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
 			}
+			errs <- nil
+		}(w)
+	}
+	for w := 0; w < workers; w++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("filling: %v", err)
 		}
 	}
 	return n
