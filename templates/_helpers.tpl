@@ -12,6 +12,15 @@ changes in 60 s); a snapshot is made only for a replica's sync or a backup, by t
 serves it. The password is not here: the container appends it from the Secret at start, so it never
 appears in the pod spec. The StatefulSet's pod template carries a checksum of this text, so a
 change rolls the pods.
+
+A sharded cache's members run in cluster mode. Their node's state is nodes.conf on the volume.
+cluster-node-timeout 3000: a primary that does not answer for 3 s is failed (with a majority of
+the primaries agreeing) and its replica elected (the engine's failover, about 1 s more), so that a
+crashed primary's shard takes writes again within the targets (p50 5 s, max 10 s); and a primary
+cut off from the majority stops taking writes after that long. cluster-allow-replica-migration no:
+a replica stays in its shard (the operator places members; the engine would move a replica to a
+primary left without one). cluster-allow-reads-when-down no (the default, said here): a member of a
+cluster that is not ok answers nothing, rather than stale data.
 */}}
 {{- define "redis.conf" -}}
 {{ if .TLS.Enabled -}}
@@ -32,6 +41,14 @@ protected-mode no
 dir /data
 appendonly yes
 save ""
+{{- if .Sharded }}
+cluster-enabled yes
+cluster-config-file /data/nodes.conf
+cluster-port {{ .ClusterBusPort }}
+cluster-node-timeout 3000
+cluster-allow-replica-migration no
+cluster-allow-reads-when-down no
+{{- end }}
 {{- end }}
 
 {{/*
@@ -74,11 +91,17 @@ internal, the operator's, the probes' and replication's user: no key and no chan
 commands they send. The operator: PING, INFO, ROLE, CONFIG GET/SET (live settings, replication's
 credentials, TLS files), ACL GETUSER/SETUSER (these users), REPLICAOF, FAILOVER, CLIENT
 PAUSE/UNPAUSE (a handover), CLIENT KILL (a deposed primary's clients), CLIENT SETNAME (its
-connections' name). Replication: PSYNC, SYNC, REPLCONF. The probes: PING, ROLE, INFO.
+connections' name). Replication: PSYNC, SYNC, REPLCONF. The probes: PING, ROLE, INFO. In a sharded
+cache also the cluster's: CLUSTER MYID, NODES and INFO (what a pass reads), MEET, ADDSLOTSRANGE,
+REPLICATE and FORGET (forming and mending it), SETSLOT and COUNTKEYSINSLOT (closing a slot left
+open), FAILOVER (a planned handover). Its clients' user keeps every command but @admin and
+@dangerous, which leaves them what a cluster client reads (CLUSTER SLOTS, SHARDS, NODES, INFO,
+KEYSLOT, MYID; READONLY, READWRITE, ASKING) and none that changes the cluster.
 */}}
 {{- define "users.acl" -}}
 default resetkeys resetchannels -@all ~* &* +@all -@admin -@dangerous -acl +acl|whoami +flushdb +flushall +keys +info +sort +sort_ro
 {{ .Keys.InternalUser }} resetkeys resetchannels -@all +ping +info +role +config|get +config|set +acl|getuser +acl|setuser +replicaof +failover +client|pause +client|unpause +client|kill +client|setname +psync +sync +replconf
+{{- if .Sharded }} +cluster|myid +cluster|nodes +cluster|info +cluster|meet +cluster|addslotsrange +cluster|replicate +cluster|forget +cluster|setslot +cluster|countkeysinslot +cluster|failover{{ end }}
 {{- end }}
 
 {{/* server: the program name stem of the engine (redis-server, valkey-server, ...-cli). */}}
@@ -122,9 +145,10 @@ end=$(( $(date +%s) + {{ sub (include "grace" . | atoi) 5 }} )); while [ "$(date
 {{- end }}
 
 {{/* probe.ready.fn defines ready: a primary that answers; a replica whose link to the primary is
-up with no sync in progress. */}}
+up with no sync in progress. A member of a sharded cache also only while its cluster is ok (every
+slot served): a client that reaches it then finds every shard. */}}
 {{- define "probe.ready.fn" -}}
-ready() { info=$({{ include "probe.cli" . }} info replication 2>/dev/null) || return 1; case "$info" in *role:master*) return 0 ;; esac; echo "$info" | grep -q '^master_link_status:up' && echo "$info" | grep -q '^master_sync_in_progress:0'; }
+ready() { {{ if .Sharded }}{{ include "probe.cli" . }} cluster info 2>/dev/null | grep -q '^cluster_state:ok' || return 1; {{ end }}info=$({{ include "probe.cli" . }} info replication 2>/dev/null) || return 1; case "$info" in *role:master*) return 0 ;; esac; echo "$info" | grep -q '^master_link_status:up' && echo "$info" | grep -q '^master_sync_in_progress:0'; }
 {{- end }}
 
 {{- define "probe.ready" -}}

@@ -55,6 +55,18 @@ const SecretFinalizer = "cache.example.com/credentials-in-use"
 // Port is the port every member serves on, and the port of the cache's Services.
 const Port = 6379
 
+// ClusterBusPort is the port a sharded cache's members gossip on (the cluster bus: Port + 10000,
+// the engines' default).
+const ClusterBusPort = Port + 10000
+
+// LabelShard is the label of a sharded cache's member pods (and their claims) with the index of
+// their shard ("0" to spec.shards-1); ShardSetName is the shard's StatefulSet, <name>-s<shard>
+// (its members are <name>-s<shard>-<ordinal>), which is also its PodDisruptionBudget's name.
+const LabelShard = "cache.example.com/shard"
+
+// ShardSetName is the name of shard i's StatefulSet and PodDisruptionBudget.
+func ShardSetName(cacheName string, i int) string { return fmt.Sprintf("%s-s%d", cacheName, i) }
+
 // DefaultClusterDomain is the cluster's DNS domain when no flag says otherwise.
 const DefaultClusterDomain = "cluster.local"
 

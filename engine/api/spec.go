@@ -196,10 +196,22 @@ var (
 	minStorage       = resource.MustParse("1Gi")
 )
 
-// SpecFrom reads and validates the spec of a v2 ManagedCache. The CRD schema already rejects bad
-// input at admission; this is the operator's own guard, so that an odd object becomes a clear
-// status condition instead of a panic or a broken child.
+// SpecFrom reads and validates the spec of a v2 ManagedCache, and refuses what this version of the
+// operator does not serve (ShardsNotServed). The CRD schema already rejects bad input at
+// admission; this is the operator's own guard, so that an odd object becomes a clear status
+// condition instead of a panic or a broken child.
 func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
+	s, err := ParseSpec(mc)
+	if err == nil && s.Sharded() && !shardsServed {
+		return s, fmt.Errorf("spec.shards: %s", ShardsNotServed)
+	}
+	return s, err
+}
+
+// ParseSpec reads and validates the spec of a v2 ManagedCache as SpecFrom does, whether or not the
+// operator serves it yet: the templates' golden files render sharded caches before the operator
+// forms clusters.
+func ParseSpec(mc *unstructured.Unstructured) (Spec, error) {
 	var s Spec
 	raw, ok := mc.Object["spec"].(map[string]interface{})
 	if !ok {
@@ -217,9 +229,6 @@ func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
 		}
 		if n := len(mc.GetName()); n > MaxShardedNameLength {
 			return s, fmt.Errorf("metadata.name: a sharded cache's name may be at most %d characters (its StatefulSets are <name>-s<shard>), got %d", MaxShardedNameLength, n)
-		}
-		if !shardsServed {
-			return s, fmt.Errorf("spec.shards: %s", ShardsNotServed)
 		}
 	}
 	fields := []struct {

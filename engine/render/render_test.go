@@ -64,7 +64,7 @@ func TestRenderGolden(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(in), ".input.yaml")
 		t.Run(name, func(t *testing.T) {
 			mc := readCache(t, in)
-			spec, err := api.SpecFrom(mc)
+			spec, err := api.ParseSpec(mc)
 			if err != nil {
 				t.Fatalf("spec: %v", err)
 			}

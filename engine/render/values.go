@@ -3,6 +3,7 @@ package render
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -24,6 +25,17 @@ type Values struct {
 	SelectorLabels map[string]string
 	// Port is the port every member serves on.
 	Port int
+	// Sharded: the cache is sharded (spec.shards), a cluster of MemberSets, one per shard.
+	Sharded bool
+	// ClusterBusPort is the port a sharded cache's members gossip on.
+	ClusterBusPort int
+	// MemberSet is the name of a member StatefulSet and its PodDisruptionBudget: the cache's name,
+	// or <name>-s<shard> in a shard's values (ShardValues). MemberSelector selects its pods: the
+	// SelectorLabels, and for a shard its ShardLabel with the value Shard.
+	MemberSet      string
+	MemberSelector map[string]string
+	ShardLabel     string
+	Shard          string
 	// RoleLabel is the label key of a member's role; RolePrimary and RoleReplica its values.
 	RoleLabel, RolePrimary, RoleReplica string
 	// ServerLabel is the label key of the server a member runs, ServerValue its value.
@@ -250,10 +262,32 @@ func NewValues(mc *unstructured.Unstructured, spec api.Spec, cfg Config, auth Au
 			RotatedForAnnotation: api.CertificatesRotatedForAnnotation, Label: api.LabelTLS},
 		ServerLabel: api.LabelServer, ServerValue: api.ServerLabelValue(spec.Engine.Name, spec.Engine.Version),
 	}
+	v.Sharded, v.ClusterBusPort, v.ShardLabel = spec.Sharded(), api.ClusterBusPort, api.LabelShard
+	v.MemberSet, v.MemberSelector = name, v.SelectorLabels
 	if r, ok := support.Find(spec.Engine.Name, spec.Engine.Version); ok {
 		v.SnapshotFormat = r.RDB
 	}
 	v.DataLoss.Key = api.AllowDataLossKey
 	v.DataLoss.Allowed = mc.GetAnnotations()[api.AllowDataLossAnnotation] == "true"
 	return v
+}
+
+// ShardValues returns the values of each shard of a sharded cache, in shard order: v with
+// MemberSet, MemberSelector and Shard set to the shard's (nil when the cache is not sharded). The
+// templates range over them for the per-shard children.
+func (v Values) ShardValues() []Values {
+	if !v.Sharded {
+		return nil
+	}
+	out := make([]Values, v.Spec.Shards)
+	for i := range out {
+		s := v
+		s.MemberSet, s.Shard = api.ShardSetName(v.Name, i), strconv.Itoa(i)
+		s.MemberSelector = map[string]string{v.ShardLabel: s.Shard}
+		for k, val := range v.SelectorLabels {
+			s.MemberSelector[k] = val
+		}
+		out[i] = s
+	}
+	return out
 }
