@@ -1,0 +1,207 @@
+// Package shardpass is a sharded cache's member pass: it reads each member's view of the cluster
+// (CLUSTER NODES and INFO, and its keys in any slot left open), asks shards.Decide what the cluster
+// needs next, and carries out that one phase with the member package's cluster commands. It decides
+// nothing itself and reads no Kubernetes object: the caller gives it the members (from their pods)
+// and a client for each, and takes back what it saw (each member's role, the cluster's state) for
+// the labels, the status and the metrics. The next pass, after gossip has spread the change, reads
+// the members again.
+package shardpass
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"example.com/cache-operator/engine/member"
+	"example.com/cache-operator/engine/shards"
+)
+
+// Member is one member of a sharded cache, from its pod.
+type Member struct {
+	Name    string // the pod's name
+	Shard   int    // the shard its StatefulSet serves
+	Ordinal int    // its ordinal in that StatefulSet
+	Addr    string // ip:port of its server ("": no address yet)
+	// BusPort is its cluster bus port when that is not the server's port + 10000 (0: it is).
+	BusPort int
+}
+
+// Seen is a member as the pass read it.
+type Seen struct {
+	Member
+	View member.ClusterView
+	// Err: its server did not answer (View is empty).
+	Err error
+}
+
+// Result is what a pass saw and did.
+type Result struct {
+	Seen []Seen
+	// Steps is the phase the pass carried out, or the Wait that held it (none: the cluster needs
+	// nothing).
+	Steps []shards.Step
+	// Whole: nothing to do, and every member says cluster_state:ok.
+	Whole bool
+	// KeysMoved counts the keys the pass moved between shards.
+	KeysMoved int
+}
+
+// Pass runs the passes of one cache.
+type Pass struct {
+	// Client is the operator's client of a member's server.
+	Client func(Member) *redis.Client
+	// MigrateUser and MigratePassword authenticate MIGRATE on the receiving member (user "": the
+	// default user).
+	MigrateUser, MigratePassword string
+	// MigrateBatch is how many keys one MIGRATE carries (0: 100).
+	MigrateBatch int
+}
+
+// Run reads every member, decides and carries out one phase. A step that fails stops the phase
+// there; its error is returned with what was seen (the next pass starts again from what the
+// members then say).
+func (p Pass) Run(ctx context.Context, members []Member, spec shards.Spec) (Result, error) {
+	seen := p.observe(ctx, members)
+	nodes := p.nodes(ctx, seen)
+	res := Result{Seen: seen, Steps: shards.Decide(nodes, spec)}
+	if len(res.Steps) == 0 {
+		res.Whole = true
+		for _, s := range seen {
+			res.Whole = res.Whole && s.Err == nil && s.View.State == "ok"
+		}
+		return res, nil
+	}
+	byName := map[string]Seen{}
+	for _, s := range seen {
+		byName[s.Name] = s
+	}
+	for _, step := range res.Steps {
+		moved, err := p.apply(ctx, step, byName)
+		res.KeysMoved += moved
+		if err != nil {
+			return res, fmt.Errorf("%s (%s): %w", step, step.Why, err)
+		}
+	}
+	return res, nil
+}
+
+// observe reads every member with an address at once.
+func (p Pass) observe(ctx context.Context, members []Member) []Seen {
+	seen := make([]Seen, len(members))
+	var wg sync.WaitGroup
+	for i, m := range members {
+		seen[i].Member = m
+		if m.Addr == "" {
+			seen[i].Err = errors.New("no address yet")
+			continue
+		}
+		wg.Add(1)
+		go func(s *Seen) {
+			defer wg.Done()
+			s.View, s.Err = member.ObserveCluster(ctx, p.Client(s.Member))
+		}(&seen[i])
+	}
+	wg.Wait()
+	sort.Slice(seen, func(i, j int) bool { return seen[i].Name < seen[j].Name })
+	return seen
+}
+
+// nodes turns what was seen into the planner's nodes, counting each member's keys in the slots
+// any member has open (what tells a move left half done from one that never started).
+func (p Pass) nodes(ctx context.Context, seen []Seen) []shards.Node {
+	open := map[int]bool{}
+	for _, s := range seen {
+		for slot := range s.View.Migrating {
+			open[slot] = true
+		}
+		for slot := range s.View.Importing {
+			open[slot] = true
+		}
+	}
+	nodes := make([]shards.Node, len(seen))
+	for i, s := range seen {
+		n := shards.Node{Member: s.Name, Shard: s.Shard, Ordinal: s.Ordinal, Addr: s.Addr}
+		if s.Err == nil {
+			v := s.View
+			n.Observed, n.ID, n.Primary, n.PrimaryID = true, v.ID, v.Primary, v.PrimaryID
+			n.Migrating, n.Importing, n.Known, n.Serving = v.Migrating, v.Importing, v.Known, v.Serving
+			for _, r := range v.Slots {
+				n.Slots = append(n.Slots, shards.Range{From: r[0], To: r[1]})
+			}
+			n.KeysInOpen = map[int]int64{}
+			for slot := range open {
+				k, err := member.KeysInSlot(ctx, p.Client(s.Member), slot)
+				if err != nil {
+					// Unknown counts as unread: the planner waits for a member it cannot read.
+					n.Observed = false
+					break
+				}
+				n.KeysInOpen[slot] = k
+			}
+		}
+		nodes[i] = n
+	}
+	return nodes
+}
+
+// apply carries out one step; it returns the keys it moved.
+func (p Pass) apply(ctx context.Context, s shards.Step, byName map[string]Seen) (int, error) {
+	self, target := byName[s.Member], byName[s.Target]
+	switch s.Kind {
+	case shards.Wait:
+		return 0, nil
+	case shards.Forget:
+		// Every member forgets the node, or gossip brings it back.
+		var errs []error
+		for _, m := range byName {
+			if m.Err == nil && m.View.ID != s.Target {
+				if _, known := m.View.Known[s.Target]; known {
+					errs = append(errs, member.ForgetNode(ctx, p.Client(m.Member), s.Target))
+				}
+			}
+		}
+		return 0, errors.Join(errs...)
+	case shards.Meet:
+		return 0, member.Meet(ctx, p.Client(self.Member), s.Addr, target.BusPort)
+	case shards.AddSlots:
+		for _, r := range s.Slots {
+			if err := member.AddSlots(ctx, p.Client(self.Member), r.From, r.To); err != nil {
+				return 0, err
+			}
+		}
+		return 0, nil
+	case shards.Replicate:
+		return 0, member.ReplicateNode(ctx, p.Client(self.Member), target.View.ID)
+	case shards.Stable:
+		for _, r := range s.Slots {
+			for slot := r.From; slot <= r.To; slot++ {
+				if err := member.SetSlotStable(ctx, p.Client(self.Member), slot); err != nil {
+					return 0, err
+				}
+			}
+		}
+		return 0, nil
+	case shards.Move:
+		batch := p.MigrateBatch
+		if batch <= 0 {
+			batch = 100
+		}
+		moved := 0
+		for _, r := range s.Slots {
+			for slot := r.From; slot <= r.To; slot++ {
+				n, err := member.MoveSlot(ctx, p.Client(self.Member), p.Client(target.Member), self.View.ID, target.View.ID, target.Addr,
+					p.MigrateUser, p.MigratePassword, slot, batch)
+				moved += n
+				if err != nil {
+					return moved, err
+				}
+			}
+		}
+		return moved, nil
+	}
+	return 0, fmt.Errorf("a step of an unknown kind %q", s.Kind)
+}
