@@ -397,7 +397,7 @@ func TestMemberPodsKeepOrphans(t *testing.T) {
 		return &metav1.OwnerReference{APIVersion: "apps/v1", Kind: kind, Name: name, UID: types.UID(kind + name), Controller: ptr.To(true)}
 	}
 	add("sessions-0", controller("StatefulSet", "sessions"))
-	add("sessions-1", nil) // orphaned
+	add("sessions-1", nil)                                                                                              // orphaned
 	add("sessions-2", &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "sessions", UID: "old"}) // a reference, not a controller
 	add("sessions-backup-x", controller("Job", "sessions-backup-x"))
 	add("sessions-3", controller("StatefulSet", "other"))
