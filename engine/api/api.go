@@ -10,6 +10,7 @@ package api
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,6 +67,35 @@ const LabelShard = "cache.example.com/shard"
 
 // ShardSetName is the name of shard i's StatefulSet and PodDisruptionBudget.
 func ShardSetName(cacheName string, i int) string { return fmt.Sprintf("%s-s%d", cacheName, i) }
+
+// ShardMemberOf reads a sharded cache's member pod name, <name>-s<shard>-<ordinal>: its shard and
+// ordinal; ok is false for any other name.
+func ShardMemberOf(cacheName, podName string) (shard, ordinal int, ok bool) {
+	rest, found := strings.CutPrefix(podName, cacheName+"-s")
+	if !found {
+		return 0, 0, false
+	}
+	s, o, found := strings.Cut(rest, "-")
+	if !found || !digits(s) || !digits(o) {
+		return 0, 0, false
+	}
+	shard, err1 := strconv.Atoi(s)
+	ordinal, err2 := strconv.Atoi(o)
+	return shard, ordinal, err1 == nil && err2 == nil
+}
+
+// digits: s is a number as a StatefulSet writes one (no sign, no leading zero but "0").
+func digits(s string) bool {
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // DefaultClusterDomain is the cluster's DNS domain when no flag says otherwise.
 const DefaultClusterDomain = "cluster.local"

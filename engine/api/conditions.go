@@ -52,6 +52,7 @@ const (
 	ReasonReplicaNotInSync   = "ReplicaNotInSync"
 	ReasonRolling            = "RollingRestart"
 	ReasonHandingOver        = "HandingOver"
+	ReasonClusterIncomplete  = "ClusterIncomplete"
 	ReasonHealthy            = "AllMembersHealthy"
 	// ReasonOperatorRefused is also a Warning Event: the members refused the operator's command
 	// (NOPERM, WRONGPASS, NOAUTH).
@@ -145,6 +146,7 @@ var Conditions = []ConditionDoc{
 		{ReasonReplicaNotInSync, "True", "a replica is not linked to the primary or is syncing"},
 		{ReasonRolling, "True", "a change rolls the members, replicas first"},
 		{ReasonHandingOver, "True", "the primary role is being handed over (a switchover, or the end of a roll)"},
+		{ReasonClusterIncomplete, "True", "a sharded cache's cluster is being formed or mended (members to introduce or forget, slots to assign, replicas to attach), or a member says it is not ok"},
 		{ReasonOperatorRefused, "True", "the members refuse the operator's commands (its credentials); nothing moves until they accept them"},
 	}},
 	{ConditionConfigApplied, "whether every member runs with the live settings of the ConfigMap's revision", []Reason{

@@ -134,3 +134,31 @@ func TestCRDRefusesShardsWithTheSameWords(t *testing.T) {
 		t.Errorf("the CRD has no rule with %s", want)
 	}
 }
+
+// A sharded cache's member names: <name>-s<shard>-<ordinal>, and nothing else, even where the
+// cache's own name looks like one.
+func TestShardMemberOf(t *testing.T) {
+	for _, tc := range []struct {
+		cache, pod     string
+		shard, ordinal int
+		ok             bool
+	}{
+		{"shop", "shop-s0-0", 0, 0, true},
+		{"shop", "shop-s12-3", 12, 3, true},
+		{"shop", ShardSetName("shop", 31) + "-8", 31, 8, true},
+		{"a-s1", "a-s1-s2-0", 2, 0, true},
+		{"shop", "shop-0", 0, 0, false},
+		{"shop", "shop-s1", 0, 0, false},
+		{"shop", "shop-s1-", 0, 0, false},
+		{"shop", "shop-s01-0", 0, 0, false},
+		{"shop", "shop-sx-0", 0, 0, false},
+		{"shop", "shop-s1-0-1", 0, 0, false},
+		{"shop", "shopx-s1-0", 0, 0, false},
+		{"shop", "shop-s1-+1", 0, 0, false},
+	} {
+		s, o, ok := ShardMemberOf(tc.cache, tc.pod)
+		if ok != tc.ok || ok && (s != tc.shard || o != tc.ordinal) {
+			t.Errorf("ShardMemberOf(%q, %q) = %d, %d, %v; want %d, %d, %v", tc.cache, tc.pod, s, o, ok, tc.shard, tc.ordinal, tc.ok)
+		}
+	}
+}

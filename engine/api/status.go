@@ -80,6 +80,9 @@ type MembersView struct {
 	// Refused, when set, is a command the members refused the operator (NOPERM, WRONGPASS, NOAUTH):
 	// what it could not do and the server's answer (the Degraded condition, ReasonOperatorRefused).
 	Refused string
+	// ClusterWhole, for a sharded cache: the cluster needs no step and every member says
+	// cluster_state:ok (Ready waits for it, as a primary/replica cache's waits for a primary).
+	ClusterWhole bool
 }
 
 // MemberStatus is one entry of status.members.

@@ -129,7 +129,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 
 	var failReason, failMessage string
 	var retry error
-	var sts *unstructured.Unstructured
+	var sets []*unstructured.Unstructured
 	var resize storage.Outcome
 	var done changes
 	for _, want := range desired {
@@ -137,7 +137,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		if want.GroupVersionKind() == informers.StatefulSet {
 			if resize, prepErr = c.prepareStorage(ctx, mc, want); prepErr == nil && resize.Replaced {
 				// Being replaced to grow its volumes: its pods run on, and status reads the old one.
-				sts, _ = c.child(informers.StatefulSet, want.GetNamespace(), want.GetName())
+				if old, _ := c.child(informers.StatefulSet, want.GetNamespace(), want.GetName()); old != nil {
+					sets = append(sets, old)
+				}
 				continue
 			}
 			if prepErr == nil {
@@ -150,7 +152,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		live, outcome, err := c.syncUnlessFailed(ctx, mc, want, prepErr, &done)
 		metrics.ChildCompared(want.GetKind(), string(outcome))
 		if want.GroupVersionKind() == informers.StatefulSet && live != nil {
-			sts = live
+			sets = append(sets, live)
 		}
 		if err == nil {
 			logger.V(2).Info("Child", "object", ssa.ObjectID(want), "outcome", outcome)
@@ -179,16 +181,16 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		!resize.Replaced && len(done.verified) == len(desired) && authd.OverlapEnds.IsZero() && authd.Rejected == "" {
 		// (An overlap ends with time, not with a change the pass would see; a refused password
 		// is reported by each pass until it is fixed.)
-		pass := verifiedPass{inputs: inputs, epoch: epoch, children: done.verified, sts: -1, until: tlsd.RenewAt}
+		pass := verifiedPass{inputs: inputs, epoch: epoch, children: done.verified, until: tlsd.RenewAt}
 		for i, ch := range pass.children {
 			if c.informers.Children[ch.kind].GVK == informers.StatefulSet {
-				pass.sts = i
+				pass.sets = append(pass.sets, i)
 			}
 		}
 		c.verified.set(key, pass)
 	}
 	c.members.Enqueue(key) // the member pass follows what this reconcile wrote
-	st := status.New(mc, spec, c.opts.Render.ClusterDomain, status.Observed{StatefulSet: sts, Resizing: resize.Condition,
+	st := status.New(mc, spec, c.opts.Render.ClusterDomain, status.Observed{StatefulSets: sets, Resizing: resize.Condition,
 		View: view, ViewOK: viewOK, FailReason: failReason, FailMessage: failMessage})
 	status.ApplyPassword(&st, view, viewOK, authd, mc.GetGeneration())
 	st.TLS = status.TLSOf(mc, spec, tlsd)
@@ -207,17 +209,19 @@ const outcomeVerified = "verified"
 // statusOfVerified finishes a reconcile whose children are as its last verified pass found them:
 // only the status is computed anew (from the StatefulSet's, which changes as pods come and go).
 func (c *Controller) statusOfVerified(ctx context.Context, mc *unstructured.Unstructured, spec api.Spec, pass verifiedPass, view api.MembersView, viewOK bool) error {
-	var sts *unstructured.Unstructured
-	if pass.sts >= 0 {
-		ch := pass.children[pass.sts]
+	var sets []*unstructured.Unstructured
+	for _, i := range pass.sets {
+		ch := pass.children[i]
 		obj, exists, err := c.informers.Children[ch.kind].Informer.GetIndexer().GetByKey(ch.key)
 		if err != nil {
 			return err
 		}
 		if exists {
-			if sts, err = c.informers.Packer.Unpack(obj); err != nil {
+			sts, err := c.informers.Packer.Unpack(obj)
+			if err != nil {
 				return err
 			}
+			sets = append(sets, sts)
 		}
 	}
 	for _, ch := range pass.children {
@@ -225,7 +229,7 @@ func (c *Controller) statusOfVerified(ctx context.Context, mc *unstructured.Unst
 	}
 	c.verifiedReconciles.Add(1)
 	c.members.Enqueue(mc.GetNamespace() + "/" + mc.GetName())
-	st := status.New(mc, spec, c.opts.Render.ClusterDomain, status.Observed{StatefulSet: sts, View: view, ViewOK: viewOK})
+	st := status.New(mc, spec, c.opts.Render.ClusterDomain, status.Observed{StatefulSets: sets, View: view, ViewOK: viewOK})
 	status.ApplyPassword(&st, view, viewOK, credentials.Decision{}, mc.GetGeneration())
 	if spec.TLS {
 		st.TLS = api.StatusOf(mc).TLS // the certificates are as the verified pass decided them

@@ -39,9 +39,9 @@ type verifiedPass struct {
 	inputs   uint64
 	epoch    uint64
 	children []childVersion
-	// sts is the index in children of the StatefulSet, whose status the cache's status reads
-	// (-1: none).
-	sts int
+	// sets are the indexes in children of the members' StatefulSets (one per shard of a sharded
+	// cache), whose status the cache's status reads.
+	sets []int
 	// until, when set, is when the verdict lapses by itself (a TLS certificate due for renewal).
 	until time.Time
 }

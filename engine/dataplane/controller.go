@@ -1,6 +1,7 @@
 // Package dataplane runs the member passes: about once a second per cache, it reads every
 // member's server (package member), decides the roles (package roles) and carries the decision
-// out: role labels, promotions, failovers, switchovers and rolls one member at a time. The same
+// out: role labels, promotions, failovers, switchovers and rolls one member at a time (a sharded
+// cache's pass forms and mends its cluster with package shardpass instead). The same
 // pass keeps the members' live settings (CONFIG SET) and credentials (ACL SETUSER, package
 // credentials) current, without a restart. What a pass finds is kept as a View, which the
 // reconcile (package controller) turns into the cache's status.

@@ -57,6 +57,9 @@ func (c *Controller) syncMembers(ctx context.Context, key string) (time.Duration
 		logger.V(3).Info("Member pass waits for an event", "why", "hibernating")
 		return 0, nil
 	}
+	if spec.Sharded() {
+		return c.syncShards(ctx, mc, key, spec)
+	}
 	// idle is a return that schedules no poll: the next pod, Secret or cache event starts the
 	// next pass. Logged, so that a cache whose passes stopped shows why.
 	idle := func(why string) (time.Duration, error) {

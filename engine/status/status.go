@@ -34,8 +34,9 @@ func TLSOf(mc *unstructured.Unstructured, spec api.Spec, d cachetls.Decision) *a
 
 // Observed is what a reconcile saw of a cache besides the cache itself.
 type Observed struct {
-	// StatefulSet is the members' StatefulSet as the informer holds it (nil: none yet).
-	StatefulSet *unstructured.Unstructured
+	// StatefulSets are the members' StatefulSets as the informer holds them: the cache's one, or
+	// a sharded cache's one per shard (those not made yet are absent).
+	StatefulSets []*unstructured.Unstructured
 	// Resizing is the StorageResizing condition; nil removes it.
 	Resizing *metav1.Condition
 	// View is what the last member pass found; ViewOK says there was one.
@@ -48,7 +49,7 @@ type Observed struct {
 
 // New computes the status of mc from what the reconcile saw.
 func New(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, o Observed) api.Status {
-	sts, failReason, failMessage := o.StatefulSet, o.FailReason, o.FailMessage
+	failReason, failMessage := o.FailReason, o.FailMessage
 	s := api.StatusOf(mc)
 	lastPrimary := s.Primary
 	gen := mc.GetGeneration()
@@ -58,31 +59,33 @@ func New(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, o O
 	s.ReadEndpoint = net.JoinHostPort(api.ServiceHost(api.ReadOnlyService(mc.GetName()), mc.GetNamespace(), clusterDomain), port)
 	applyMemberView(&s, o.View, o.ViewOK, gen)
 	s.Selector = labels.SelectorFromSet(api.SelectorLabels(mc.GetName())).String()
-	s.ReadyReplicas = 0
-	upToDate := false
-	var running int64
-	if sts != nil {
-		ready, _, _ := unstructured.NestedInt64(sts.Object, "status", "readyReplicas")
-		running, _, _ = unstructured.NestedInt64(sts.Object, "status", "replicas")
-		observed, _, _ := unstructured.NestedInt64(sts.Object, "status", "observedGeneration")
-		updated, _, _ := unstructured.NestedInt64(sts.Object, "status", "updatedReplicas")
-		upToDate = observed >= sts.GetGeneration() && updated >= spec.Replicas
-		// Members beyond the wanted count are on their way out: they are not counted, so
-		// readyReplicas (the scale subresource's status) never exceeds spec.replicas.
-		s.ReadyReplicas = min(ready, spec.Replicas)
-	}
+	var ready, running int64
+	var upToDate bool
+	s.ReadyReplicas, running, upToDate = memberCounts(mc.GetName(), spec, o.StatefulSets)
 	if o.Resizing != nil {
 		meta.SetStatusCondition(&s.Conditions, *o.Resizing)
 	} else {
 		meta.RemoveStatusCondition(&s.Conditions, api.ConditionStorageResizing)
 	}
-	msg := fmt.Sprintf("%d/%d replicas ready", s.ReadyReplicas, spec.Replicas)
+	ready = s.ReadyReplicas
+	msg := fmt.Sprintf("%d/%d replicas ready", ready, spec.Replicas)
+	if spec.Sharded() {
+		msg = fmt.Sprintf("%d/%d replicas ready in every shard", ready, spec.Replicas)
+	}
 	switch {
 	case failReason != "":
 		s.SetReady(gen, false, failReason, failMessage)
 	case running > spec.Replicas:
 		s.SetReady(gen, false, api.ReasonWaitingForReplicas,
 			fmt.Sprintf("%s; %d members running, waiting for the surplus to stop", msg, running))
+	case spec.Sharded() && upToDate && ready >= spec.Replicas && !(o.ViewOK && o.View.ClusterWhole):
+		why := "waiting for the member pass"
+		if o.ViewOK && o.View.DegradedMessage != "" {
+			why = o.View.DegradedMessage
+		}
+		s.SetReady(gen, false, api.ReasonWaitingForReplicas, msg+"; the cluster: "+why)
+	case spec.Sharded() && upToDate && ready >= spec.Replicas:
+		s.SetReady(gen, true, api.ReasonAllReplicasReady, msg+"; the cluster is ok")
 	case o.ViewOK && s.Primary == "" && upToDate && s.ReadyReplicas >= spec.Replicas:
 		s.SetReady(gen, false, api.ReasonNoPrimary, msg+"; no primary yet")
 	case s.Primary == "" && upToDate && s.ReadyReplicas >= spec.Replicas:
@@ -131,4 +134,39 @@ func Condition(mc *unstructured.Unstructured, t string) *metav1.Condition {
 // IsReady reports whether a status says Ready.
 func IsReady(s api.Status) bool {
 	return meta.IsStatusConditionTrue(s.Conditions, api.ConditionReady)
+}
+
+// memberCounts reads the members' StatefulSets: how many members are ready (at most
+// spec.replicas: members beyond the wanted count are on their way out, and readyReplicas, the
+// scale subresource's status, never exceeds spec.replicas), how many run, and whether every set
+// has rolled out its current revision to spec.replicas members. A sharded cache counts per shard:
+// its ready count is its least ready shard's, a shard without its StatefulSet yet counts none.
+func memberCounts(name string, spec api.Spec, sets []*unstructured.Unstructured) (ready, running int64, upToDate bool) {
+	byName := map[string]*unstructured.Unstructured{}
+	for _, s := range sets {
+		if s != nil {
+			byName[s.GetName()] = s
+		}
+	}
+	names := []string{name}
+	if spec.Sharded() {
+		names = names[:0]
+		for i := 0; i < int(spec.Shards); i++ {
+			names = append(names, api.ShardSetName(name, i))
+		}
+	}
+	ready, upToDate = spec.Replicas, true
+	for _, n := range names {
+		sts := byName[n]
+		if sts == nil {
+			return 0, running, false
+		}
+		r, _, _ := unstructured.NestedInt64(sts.Object, "status", "readyReplicas")
+		run, _, _ := unstructured.NestedInt64(sts.Object, "status", "replicas")
+		observed, _, _ := unstructured.NestedInt64(sts.Object, "status", "observedGeneration")
+		updated, _, _ := unstructured.NestedInt64(sts.Object, "status", "updatedReplicas")
+		ready, running = min(ready, r), max(running, run)
+		upToDate = upToDate && observed >= sts.GetGeneration() && updated >= spec.Replicas
+	}
+	return ready, running, upToDate
 }

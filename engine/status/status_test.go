@@ -41,7 +41,7 @@ func TestStatus(t *testing.T) {
 		{"rolling", sts(3, 3, 2), false, 3, api.ReasonWaitingForReplicas},
 		{"scaling down from 5", sts(5, 5, 5), false, 3, api.ReasonWaitingForReplicas},
 	} {
-		s := New(mc, spec, api.DefaultClusterDomain, Observed{StatefulSet: tc.sts, View: api.MembersView{Primary: "sessions-0"}, ViewOK: true})
+		s := New(mc, spec, api.DefaultClusterDomain, Observed{StatefulSets: []*unstructured.Unstructured{tc.sts}, View: api.MembersView{Primary: "sessions-0"}, ViewOK: true})
 		c := meta.FindStatusCondition(s.Conditions, api.ConditionReady)
 		if (c.Status == metav1.ConditionTrue) != tc.ready || c.Reason != tc.reason || s.ReadyReplicas != tc.readyMembers {
 			t.Errorf("%s: Ready %s/%s (%s), readyReplicas %d; want ready %v, %s, %d", tc.name, c.Status, c.Reason, c.Message,
@@ -58,23 +58,23 @@ func TestStatus(t *testing.T) {
 		viewOK bool
 		reason string
 	}{{"the member pass found no primary", true, api.ReasonNoPrimary}, {"no member pass yet", false, api.ReasonWaitingForReplicas}} {
-		s := New(mc, spec, api.DefaultClusterDomain, Observed{StatefulSet: sts(3, 3, 3), View: api.MembersView{}, ViewOK: tc.viewOK})
+		s := New(mc, spec, api.DefaultClusterDomain, Observed{StatefulSets: []*unstructured.Unstructured{sts(3, 3, 3)}, View: api.MembersView{}, ViewOK: tc.viewOK})
 		if c := meta.FindStatusCondition(s.Conditions, api.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != tc.reason {
 			t.Errorf("%s: Ready %s/%s (%s); want False/%s", tc.name, c.Status, c.Reason, c.Message, tc.reason)
 		}
 	}
 	// A status that is already right is not written again; lastTransitionTime stays.
-	s := New(mc, spec, api.DefaultClusterDomain, Observed{StatefulSet: sts(3, 3, 3), View: api.MembersView{Primary: "sessions-0"}, ViewOK: true})
+	s := New(mc, spec, api.DefaultClusterDomain, Observed{StatefulSets: []*unstructured.Unstructured{sts(3, 3, 3)}, View: api.MembersView{Primary: "sessions-0"}, ViewOK: true})
 	updated, err := With(mc, s)
 	if err != nil || updated == nil {
 		t.Fatalf("first status: %v", err)
 	}
-	again := New(updated, spec, api.DefaultClusterDomain, Observed{StatefulSet: sts(3, 3, 3), View: api.MembersView{Primary: "sessions-0"}, ViewOK: true})
+	again := New(updated, spec, api.DefaultClusterDomain, Observed{StatefulSets: []*unstructured.Unstructured{sts(3, 3, 3)}, View: api.MembersView{Primary: "sessions-0"}, ViewOK: true})
 	if u, _ := With(updated, again); u != nil {
 		t.Error("an unchanged status would be written again")
 	}
 	// A new leader, before its first member pass, keeps what status says: nothing to write.
-	if u, _ := With(updated, New(updated, spec, api.DefaultClusterDomain, Observed{StatefulSet: sts(3, 3, 3), View: api.MembersView{}, ViewOK: false})); u != nil {
+	if u, _ := With(updated, New(updated, spec, api.DefaultClusterDomain, Observed{StatefulSets: []*unstructured.Unstructured{sts(3, 3, 3)}, View: api.MembersView{}, ViewOK: false})); u != nil {
 		t.Errorf("before the first member pass, status would be rewritten: %v", u.Object["status"])
 	}
 }
@@ -179,6 +179,49 @@ func TestChangesNameEveryField(t *testing.T) {
 		}
 		if got := Changes(api.Status{}, cur); len(got) == 0 {
 			t.Errorf("a change of status field %s is not named by Changes", typ.Field(i).Name)
+		}
+	}
+}
+
+// A sharded cache's status reads one StatefulSet per shard: readyReplicas is its least ready
+// shard's (a shard not made yet counts none), and Ready waits for the member pass to find the
+// cluster whole (what it waits for in the message).
+func TestStatusSharded(t *testing.T) {
+	mc := testobj.Cache("shop")
+	spec, err := api.SpecFrom(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Shards, spec.Replicas = 3, 2
+	set := func(shard int, ready int64) *unstructured.Unstructured {
+		s := testobj.Child("apps/v1", "StatefulSet", api.ShardSetName("shop", shard), mc)
+		s.SetGeneration(1)
+		s.Object["status"] = map[string]interface{}{"observedGeneration": int64(1), "replicas": int64(2),
+			"readyReplicas": ready, "updatedReplicas": int64(2)}
+		return s
+	}
+	whole := api.MembersView{Observed: true, ClusterWhole: true}
+	forming := api.MembersView{Observed: true, Degraded: api.ReasonClusterIncomplete, DegradedMessage: "Replicate shop-s0-1 → shop-s0-0"}
+	for _, tc := range []struct {
+		name         string
+		sets         []*unstructured.Unstructured
+		view         api.MembersView
+		viewOK       bool
+		ready        bool
+		readyMembers int64
+		message      string
+	}{
+		{"a shard not made yet", []*unstructured.Unstructured{set(0, 2), set(2, 2)}, whole, true, false, 0, "0/2 replicas ready in every shard"},
+		{"a shard with one ready", []*unstructured.Unstructured{set(0, 2), set(1, 1), set(2, 2)}, whole, true, false, 1, "1/2 replicas ready in every shard"},
+		{"every member ready, no pass yet", []*unstructured.Unstructured{set(0, 2), set(1, 2), set(2, 2)}, api.MembersView{}, false, false, 2, "the cluster: waiting for the member pass"},
+		{"every member ready, the cluster forming", []*unstructured.Unstructured{set(0, 2), set(1, 2), set(2, 2)}, forming, true, false, 2, "the cluster: Replicate shop-s0-1 → shop-s0-0"},
+		{"every member ready, the cluster whole", []*unstructured.Unstructured{set(0, 2), set(1, 2), set(2, 2)}, whole, true, true, 2, "2/2 replicas ready in every shard; the cluster is ok"},
+	} {
+		s := New(mc, spec, api.DefaultClusterDomain, Observed{StatefulSets: tc.sets, View: tc.view, ViewOK: tc.viewOK})
+		c := meta.FindStatusCondition(s.Conditions, api.ConditionReady)
+		if (c.Status == metav1.ConditionTrue) != tc.ready || s.ReadyReplicas != tc.readyMembers || !strings.Contains(c.Message, tc.message) {
+			t.Errorf("%s: Ready %s/%s (%s), readyReplicas %d; want ready %v, %d, a message with %q", tc.name, c.Status, c.Reason, c.Message,
+				s.ReadyReplicas, tc.ready, tc.readyMembers, tc.message)
 		}
 	}
 }

@@ -1,0 +1,145 @@
+package dataplane
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/credentials"
+	"example.com/cache-operator/engine/informers"
+	"example.com/cache-operator/engine/member"
+	"example.com/cache-operator/engine/metrics"
+	"example.com/cache-operator/engine/roles"
+	"example.com/cache-operator/engine/shardpass"
+	"example.com/cache-operator/engine/shards"
+)
+
+// syncShards is the member pass of a sharded cache. shardpass reads every member's view of the
+// cluster and carries out the phase shards.Decide gives (introductions, the first slots, replicas
+// attached to their shard's primary, members gone forgotten, slots left open closed); this pass
+// labels each member with the role its server reports (the read-only Service and the plugin
+// follow the label) and publishes what it saw. The cluster fails a primary over by itself: no
+// pass here promotes or fences.
+func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructured, key string, spec api.Spec) (time.Duration, error) {
+	ns, name := mc.GetNamespace(), mc.GetName()
+	logger := klog.FromContext(ctx)
+	c.store.setSample(key, metrics.CacheSample{}, false)
+	pods := map[string]roles.Member{}
+	var members []shardpass.Member
+	for _, p := range c.informers.MemberPods(ns, name) {
+		shard, ordinal, ok := api.ShardMemberOf(name, p.Name)
+		if !ok {
+			continue
+		}
+		m := shardpass.Member{Name: p.Name, Shard: shard, Ordinal: ordinal}
+		if p.IP != "" {
+			if !c.dialable(p.IP) {
+				return 0, nil // outside --member-networks: nothing to read, nothing to form
+			}
+			m.Addr = c.addr(p.IP)
+		}
+		members = append(members, m)
+		pods[p.Name] = roles.Member{Name: p.Name, UID: p.UID, IP: p.IP, Label: p.Labels[api.LabelRole], TLS: p.Labels[api.LabelTLS] == "true"}
+	}
+	if len(members) == 0 {
+		logger.V(3).Info("Member pass waits for an event", "why", "no member pods")
+		return 0, nil
+	}
+	secret, _ := c.informers.Child(informers.Secret, ns, api.SecretName(name))
+	cred, ok := credentials.Of(secret)
+	if !ok {
+		logger.V(3).Info("Member pass waits for an event", "why", "no credentials in the Secret yet")
+		return 0, nil
+	}
+	pass := shardpass.Pass{
+		Client:      func(m shardpass.Member) *redis.Client { return c.memberClient(pods[m.Name], cred) },
+		MigrateUser: api.InternalUser, MigratePassword: cred.Internal,
+	}
+	res, err := pass.Run(ctx, members, shards.Spec{Shards: int(spec.Shards), PerShard: int(spec.Replicas)})
+	for _, s := range res.Seen {
+		metrics.MemberObserved(s.Err)
+	}
+	logger.V(3).Info("Sharded member pass", "steps", res.Steps, "whole", res.Whole, "err", err)
+	for _, s := range res.Seen {
+		if s.Err != nil {
+			continue
+		}
+		role := api.RoleReplica
+		if s.View.Primary {
+			role = api.RolePrimary
+		}
+		if m := pods[s.Name]; m.Label != role {
+			if lerr := c.setRole(ctx, ns, m, role); lerr != nil {
+				logger.Error(lerr, "Labelling a member's role", "member", s.Name)
+			}
+		}
+	}
+	view := shardedView(res, err)
+	c.publish(key, view)
+	if member.IsRefused(err) {
+		return c.opts.Poll, nil // reported in the view; looked at again at the next poll
+	}
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case res.Whole:
+		return c.opts.Poll, nil
+	case len(res.Steps) > 0 && res.Steps[0].Kind != shards.Wait:
+		return 200 * time.Millisecond, nil // verify what was done, once gossip has spread it
+	}
+	return min(c.opts.Poll, 500*time.Millisecond), nil // gossip, or a member coming up
+}
+
+// shardedView is what a pass of a sharded cache found: each member's role (primary: it serves
+// slots), whether the cluster is whole, and if not, the phase it needs or what it waits for.
+func shardedView(res shardpass.Result, err error) api.MembersView {
+	v := api.MembersView{Observed: true, ClusterWhole: res.Whole && err == nil}
+	for _, s := range res.Seen {
+		ms := api.MemberStatus{Name: s.Name, Role: api.RoleReplica}
+		switch {
+		case s.Err != nil:
+			ms.Role = "unknown"
+		case s.View.Primary:
+			ms.Role = api.RolePrimary
+		}
+		v.Members = append(v.Members, ms)
+	}
+	sort.Slice(v.Members, func(i, j int) bool { return v.Members[i].Name < v.Members[j].Name })
+	if member.IsRefused(err) {
+		v.Refused = err.Error()
+	}
+	if v.ClusterWhole {
+		return v
+	}
+	v.Degraded = api.ReasonClusterIncomplete
+	switch {
+	case err != nil:
+		v.DegradedMessage = err.Error()
+	case len(res.Steps) > 0:
+		parts := make([]string, 0, len(res.Steps))
+		for _, s := range res.Steps {
+			if s.Kind == shards.Wait {
+				parts = append(parts, s.Why)
+			} else {
+				parts = append(parts, s.String())
+			}
+		}
+		v.DegradedMessage = strings.Join(parts, "; ")
+	default:
+		var notOK []string
+		for _, s := range res.Seen {
+			if s.Err == nil && s.View.State != "ok" {
+				notOK = append(notOK, s.Name)
+			}
+		}
+		v.DegradedMessage = "cluster_state is not ok on " + strings.Join(notOK, ", ")
+	}
+	return v
+}
