@@ -81,6 +81,7 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 		}
 	}
 	view := shardedView(res, err)
+	c.keepSettings(ctx, ns, name, key, res, pods, cred, &view)
 	c.publish(key, view)
 	if member.IsRefused(err) {
 		return c.opts.Poll, nil // reported in the view; looked at again at the next poll
@@ -95,6 +96,50 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 		return 200 * time.Millisecond, nil // verify what was done, once gossip has spread it
 	}
 	return min(c.opts.Poll, 500*time.Millisecond), nil // gossip, or a member coming up
+}
+
+// keepSettings gives every member that answered the Secret's credentials and the ConfigMap's
+// permissions and live settings, as a primary/replica cache's pass does (no restart), and notes in
+// view what each member has.
+func (c *Controller) keepSettings(ctx context.Context, ns, name, key string, res shardpass.Result, pods map[string]roles.Member,
+	cred credentials.Credentials, view *api.MembersView) {
+	mem := c.store.mem(key)
+	members := make([]roles.Member, 0, len(res.Seen))
+	for _, s := range res.Seen {
+		m := pods[s.Name]
+		m.Observed = s.Err == nil
+		members = append(members, m)
+	}
+	live, liveOK := c.liveSettingsOf(ns, name, mem)
+	var rules credentials.Rules
+	if liveOK && live.usersErr == nil {
+		rules = live.users
+	}
+	c.applyAuth(ctx, members, mem, cred, rules)
+	if liveOK && live.err == nil {
+		c.applyLiveSettings(ctx, members, mem, live, cred)
+	}
+	byName := map[string]roles.Member{}
+	for _, m := range members {
+		byName[m.Name] = m
+		if m.ConfigError != "" && view.LivePending == "" {
+			view.LivePending = m.Name + ": " + m.ConfigError
+		}
+		if m.AuthError != "" && view.PasswordPending == "" {
+			view.PasswordPending = m.Name + ": " + m.AuthError
+		}
+	}
+	for i := range view.Members {
+		m := byName[view.Members[i].Name]
+		view.Members[i].ConfigRevision, view.Members[i].PasswordRevision = m.ConfigRevision, m.PasswordRevision
+	}
+	view.Password = cred.Revision
+	if liveOK {
+		view.Live = live.revision
+		if live.err != nil {
+			view.LiveError = live.err.Error()
+		}
+	}
 }
 
 // shardedView is what a pass of a sharded cache found: each member's role (primary: it serves
