@@ -37,7 +37,7 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 		if !ok {
 			continue
 		}
-		m := shardpass.Member{Name: p.Name, Shard: shard, Ordinal: ordinal}
+		m := shardpass.Member{Name: p.Name, Shard: shard, Ordinal: ordinal, Leaving: p.DeletionTimestamp != nil}
 		if p.IP != "" {
 			if !c.dialable(p.IP) {
 				return 0, nil // outside --member-networks: nothing to read, nothing to form

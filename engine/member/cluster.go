@@ -151,6 +151,14 @@ func ReplicateNode(ctx context.Context, c *redis.Client, id string) error {
 	return clusterDo(ctx, c, "REPLICATE", id)
 }
 
+// ClusterFailover makes the member, a replica, take its primary's slots in a coordinated handover
+// (CLUSTER FAILOVER, neither FORCE nor TAKEOVER): its primary stops taking writes, the replica
+// catches up with its offset, is elected and the cluster's configuration moves to it; nothing the
+// primary acknowledged is lost.
+func ClusterFailover(ctx context.Context, c *redis.Client) error {
+	return clusterDo(ctx, c, "FAILOVER")
+}
+
 // ForgetNode makes the member forget the node id for a minute (CLUSTER FORGET); every member must.
 func ForgetNode(ctx context.Context, c *redis.Client, id string) error {
 	return clusterDo(ctx, c, "FORGET", id)

@@ -28,6 +28,8 @@ type Member struct {
 	Addr    string // ip:port of its server ("": no address yet)
 	// BusPort is its cluster bus port when that is not the server's port + 10000 (0: it is).
 	BusPort int
+	// Leaving: its pod is being deleted; a primary hands its slots over first.
+	Leaving bool
 }
 
 // Seen is a member as the pass read it.
@@ -124,7 +126,7 @@ func (p Pass) nodes(ctx context.Context, seen []Seen) []shards.Node {
 	}
 	nodes := make([]shards.Node, len(seen))
 	for i, s := range seen {
-		n := shards.Node{Member: s.Name, Shard: s.Shard, Ordinal: s.Ordinal, Addr: s.Addr}
+		n := shards.Node{Member: s.Name, Shard: s.Shard, Ordinal: s.Ordinal, Addr: s.Addr, Leaving: s.Leaving}
 		if s.Err == nil {
 			v := s.View
 			n.Observed, n.ID, n.Primary, n.PrimaryID = true, v.ID, v.Primary, v.PrimaryID
@@ -176,6 +178,8 @@ func (p Pass) apply(ctx context.Context, s shards.Step, byName map[string]Seen) 
 		return 0, nil
 	case shards.Replicate:
 		return 0, member.ReplicateNode(ctx, p.Client(self.Member), target.View.ID)
+	case shards.Failover:
+		return 0, member.ClusterFailover(ctx, p.Client(self.Member))
 	case shards.Stable:
 		for _, r := range s.Slots {
 			for slot := r.From; slot <= r.To; slot++ {

@@ -77,11 +77,13 @@ func (lc *localCluster) converge(ctx context.Context, spec shards.Spec) []string
 }
 
 // TestClusterFormsAndReshardsOnLocalServers runs passes on real cluster-mode redis-server
-// processes on 127.0.0.1 standing in for a sharded cache's members: six new servers become a cluster of three
-// shards of two (cluster_state:ok, each shard a primary and its replica, Even(3)'s slots), then,
-// under a cluster-aware writer that records every acknowledged write, two more servers join and the
-// slots move to four shards, then back to three. Every acknowledged write is read back afterwards,
-// with its value, and the removed shard's servers hold no slot and no key.
+// processes on 127.0.0.1 standing in for a sharded cache's members: six new servers become a
+// cluster of three shards of two (cluster_state:ok, each shard a primary and its replica, Even(3)'s
+// slots), then, under a cluster-aware writer that records every acknowledged write, two more
+// servers join and the slots move to four shards, then back to three, and shard 1's primary
+// leaves (its pod being deleted): its replica takes its slots over. Every acknowledged write is
+// read back afterwards, with its value, the writer saw no error, and the removed shard's servers
+// hold no slot and no key.
 func TestClusterFormsAndReshardsOnLocalServers(t *testing.T) {
 	ctx := context.Background()
 	lc := &localCluster{t: t, password: "cluster-test-pw", clients: map[string]*redis.Client{}}
@@ -152,6 +154,18 @@ func TestClusterFormsAndReshardsOnLocalServers(t *testing.T) {
 	t0 = time.Now()
 	phases = lc.converge(ctx, shards.Spec{Shards: 3, PerShard: 2})
 	t.Logf("4 → 3 shards in %v, phases %v", time.Since(t0).Round(time.Millisecond), phases)
+	// A planned removal of shard 1's primary under the writer: its replica takes the slots over.
+	for i := range lc.members {
+		lc.members[i].Leaving = lc.members[i].Name == "c-1-0"
+	}
+	t0 = time.Now()
+	phases = lc.converge(ctx, shards.Spec{Shards: 3, PerShard: 2})
+	t.Logf("c-1-0 leaving: handed over in %v, phases %v", time.Since(t0).Round(time.Millisecond), phases)
+	if views := lc.views(ctx); !views["c-1-1"].Primary || !reflect.DeepEqual(views["c-1-1"].Slots, [][2]int{{shards.Even(3)[1].From, shards.Even(3)[1].To}}) ||
+		views["c-1-0"].PrimaryID != views["c-1-1"].ID {
+		t.Errorf("after c-1-0's handover: c-1-1 primary %v with %v, c-1-0 replicates %q; want c-1-1 the primary of shard 1's slots, c-1-0 its replica",
+			views["c-1-1"].Primary, views["c-1-1"].Slots, views["c-1-0"].PrimaryID)
+	}
 	close(stop)
 	<-done
 

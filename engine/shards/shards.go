@@ -58,6 +58,9 @@ type Node struct {
 	Importing map[int]string // slot → the node ID it imports the slot from
 	// KeysInOpen is how many keys it holds in each slot that any node has open.
 	KeysInOpen map[int]int64
+	// Leaving: its pod is being deleted (a roll, a drain, an eviction, a delete). A primary hands
+	// its slots to a replica before it stops.
+	Leaving bool
 	// Known is every other node it knows: node ID → the address it has for it. Serving: those of
 	// them it sees serving slots.
 	Known   map[string]string
@@ -90,6 +93,10 @@ const (
 	AddSlots Kind = "AddSlots"
 	// Replicate: Member becomes a replica of Target (CLUSTER REPLICATE).
 	Replicate Kind = "Replicate"
+	// Failover: Member, a replica, takes the slots of its primary Target, which is leaving, in a
+	// handover that loses nothing (CLUSTER FAILOVER: the primary stops taking writes, the replica
+	// catches up with its offset, then the cluster's configuration moves to it).
+	Failover Kind = "Failover"
 )
 
 // Step is one command of a phase, for the member named Member (Target and Addr: the other node).
@@ -118,9 +125,10 @@ func (s Step) String() string {
 }
 
 // Decide returns the steps of the first phase that has any, in this order: wait until every
-// member answers; forget nodes that are no member; introduce members to the first member (by
-// name); close slots left open; assign every slot of a new cluster; attach replicas to their
-// shard's primary; move slots until the shards serve Even(spec.Shards). A cluster that needs
+// member answers; hand a leaving primary's slots to its replica; forget nodes that are no member;
+// introduce members to the first member (by name); close slots left open; assign every slot of a
+// new cluster; attach replicas to their shard's primary; move slots until the shards serve
+// Even(spec.Shards). A cluster that needs
 // nothing gets no step. The caller carries out one phase, reads the members again and calls
 // Decide again.
 func Decide(nodes []Node, spec Spec) []Step {
@@ -142,12 +150,33 @@ func Decide(nodes []Node, spec Spec) []Step {
 	for i := range nodes {
 		byID[nodes[i].ID] = &nodes[i]
 	}
-	for _, phase := range []func([]Node, map[string]*Node, Spec) []Step{forget, meet, closeOpen, assign, replicate, reshard} {
+	for _, phase := range []func([]Node, map[string]*Node, Spec) []Step{handover, forget, meet, closeOpen, assign, replicate, reshard} {
 		if steps := phase(nodes, byID, spec); len(steps) > 0 {
 			return steps
 		}
 	}
 	return nil
+}
+
+// handover: a primary whose pod is leaving, and that serves slots, hands them to one of its
+// replicas that stays (the first by name): the planned counterpart of the cluster's own failover,
+// which would lose what the primary acknowledged and the replica had not yet received. A primary
+// without such a replica stops as it is (its volume keeps its data; the cluster waits for it).
+func handover(nodes []Node, _ map[string]*Node, _ Spec) []Step {
+	var steps []Step
+	for _, p := range nodes {
+		if !p.Leaving || !p.Primary || len(p.Slots) == 0 {
+			continue
+		}
+		for _, r := range nodes { // sorted by name
+			if r.PrimaryID == p.ID && !r.Primary && !r.Leaving {
+				steps = append(steps, Step{Kind: Failover, Member: r.Member, Target: p.Member,
+					Why: fmt.Sprintf("%s, shard %d's primary, is leaving: %s takes its slots over", p.Member, p.Shard, r.Member)})
+				break
+			}
+		}
+	}
+	return steps
 }
 
 // forget: a node ID that some member knows and no member has (a member that came back with an

@@ -95,6 +95,20 @@ func TestDecide(t *testing.T) {
 		whyHas string // a part of the first step's Why
 	}{
 		{name: "a whole cluster needs nothing", nodes: func() []Node { return cluster(3, 2) }, spec: Spec{3, 2}},
+		{name: "a leaving primary hands its slots to its replica that stays", spec: Spec{3, 3},
+			nodes: func() []Node {
+				n := cluster(3, 3)
+				member(n, "c-1-0").Leaving = true
+				member(n, "c-1-1").Leaving = true // itself on its way out: not the one
+				return n
+			},
+			want: []string{"Failover c-1-2 → c-1-0"}, whyHas: "c-1-0, shard 1's primary, is leaving"},
+		{name: "a leaving replica, or a leaving primary without a replica, needs no handover", spec: Spec{3, 1},
+			nodes: func() []Node {
+				n := cluster(3, 1)
+				member(n, "c-0-0").Leaving = true
+				return n
+			}},
 		{name: "a member that does not answer is waited for", spec: Spec{3, 2},
 			nodes: func() []Node { n := cluster(3, 2); member(n, "c-1-1").Observed = false; return n },
 			want:  []string{"Wait "}, whyHas: "c-1-1"},
