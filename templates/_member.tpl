@@ -14,7 +14,7 @@ spec:
   replicas: {{ if .Spec.Hibernate }}0{{ else }}{{ .Spec.Replicas }}{{ end }}
   podManagementPolicy: Parallel
   updateStrategy:
-    type: OnDelete
+    type: {{ if .Sharded }}RollingUpdate{{ else }}OnDelete{{ end }}
   selector:
     matchLabels:
       {{- toYaml .MemberSelector | nindent 6 }}

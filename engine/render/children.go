@@ -55,9 +55,10 @@ func sampleSpec() api.Spec {
 	}
 }
 
-// Samples renders, into namespace ns, the children of two sample caches named name: one that sets
-// every optional field and one that sets only what the CRD requires (the rest defaulted). Their
-// dry-run creates tell which fields the API server fills in on create (see ssa.LearnDefaults).
+// Samples renders, into namespace ns, the children of three sample caches named name: one that
+// sets every optional field, one that sets only what the CRD requires (the rest defaulted), and a
+// sharded one (its StatefulSets roll themselves). Their dry-run creates tell which fields the API
+// server fills in on create (see ssa.LearnDefaults).
 func (r *Renderer) Samples(ns, name string) ([]*unstructured.Unstructured, error) {
 	sample := &unstructured.Unstructured{Object: map[string]interface{}{
 		"metadata": map[string]interface{}{"name": name, "namespace": ns},
@@ -67,8 +68,10 @@ func (r *Renderer) Samples(ns, name string) ([]*unstructured.Unstructured, error
 	if err != nil {
 		return nil, err
 	}
+	sharded := sampleSpec()
+	sharded.Shards = api.MinShards
 	var out []*unstructured.Unstructured
-	for _, spec := range []api.Spec{sampleSpec(), minimal} {
+	for _, spec := range []api.Spec{sampleSpec(), minimal, sharded} {
 		objs, err := r.Render(NewValues(sample, spec, DefaultConfig(), SimpleAuth("sample")))
 		if err != nil {
 			return nil, err
