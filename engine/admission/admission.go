@@ -18,6 +18,7 @@
 package admission
 
 import (
+	"errors"
 	"fmt"
 
 	"example.com/cache-operator/engine/api"
@@ -46,6 +47,9 @@ type Change struct {
 	// (0: not sharded).
 	ShardsField          string
 	OldShards, NewShards int64
+	// NotServed is what of the new sharded spec this version does not serve yet
+	// (api.Spec.ShardedNotServed; "" when none).
+	NotServed string
 }
 
 // Validate returns why the change is rejected, or nil.
@@ -114,6 +118,12 @@ func validateShards(c Change) error {
 	}
 	if c.NewShards > 0 && !shardsServed {
 		return fmt.Errorf("%s: %s", c.ShardsField, api.ShardsNotServed)
+	}
+	if !c.Create && c.OldShards > 0 && c.NewShards > 0 && c.OldShards != c.NewShards {
+		return errors.New(api.ReshardNotServed)
+	}
+	if c.NotServed != "" {
+		return errors.New(c.NotServed)
 	}
 	return nil
 }

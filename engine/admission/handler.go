@@ -70,7 +70,7 @@ func changeOf(ctx context.Context, req *admissionv1.AdmissionRequest, lookup Ann
 		}
 		c.NewVersion, _, _ = unstructured.NestedString(newObj.Object, "spec", "engine", "version")
 		c.NewEngine, _, _ = unstructured.NestedString(newObj.Object, "spec", "engine", "name")
-		c.NewShards = shards(newObj)
+		c.NewShards, c.NotServed = shards(newObj), notServed(newObj)
 		return c, nil
 	}
 	if req.Operation != admissionv1.Update {
@@ -105,7 +105,7 @@ func changeOf(ctx context.Context, req *admissionv1.AdmissionRequest, lookup Ann
 	if req.Kind.Version == "v1" {
 		c.ReplicasField, c.VersionField, c.ShardsField = "spec.size", "spec.version", v1ShardsField
 	}
-	c.OldShards, c.NewShards = shards(oldObj), shards(newObj)
+	c.OldShards, c.NewShards, c.NotServed = shards(oldObj), shards(newObj), notServed(newObj)
 	c.OldReplicas = replicas(oldObj)
 	c.NewReplicas = replicas(newObj)
 	c.OldVersion, _, _ = unstructured.NestedString(oldObj.Object, "spec", "engine", "version")
@@ -145,6 +145,16 @@ func shards(u *unstructured.Unstructured) int64 {
 		}
 	}
 	return -1
+}
+
+// notServed is what of a sharded cache's spec this version does not serve yet ("" for a spec that
+// does not parse: the rules that judge it say why).
+func notServed(u *unstructured.Unstructured) string {
+	spec, err := api.ParseSpec(u)
+	if err != nil {
+		return ""
+	}
+	return spec.ShardedNotServed()
 }
 
 // replicas is spec.replicas, or the CRD's default when it is not set.

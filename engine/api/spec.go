@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -68,6 +69,40 @@ var shardsServed = false
 
 // Sharded reports whether the spec asks for a sharded cache.
 func (s Spec) Sharded() bool { return s.Shards > 0 }
+
+// ShardedNotServed lists, for a sharded cache, the fields this version of the operator does not
+// serve for one yet (the CRD's rules and the webhook refuse them with these words; SpecFrom too),
+// each with the way that works today; "" when there is none.
+func (s Spec) ShardedNotServed() string {
+	if !s.Sharded() {
+		return ""
+	}
+	var out []string
+	for _, f := range []struct {
+		set  bool
+		what string
+	}{
+		{s.Backup != nil, ShardedBackupNotServed},
+		{s.Restore != nil, ShardedRestoreNotServed},
+		{s.TLS, ShardedTLSNotServed},
+		{s.Hibernate, ShardedHibernateNotServed},
+	} {
+		if f.set {
+			out = append(out, f.what)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// What a sharded cache cannot have yet, in the words of the CRD's rules, the webhook and SpecFrom.
+const (
+	ShardedBackupNotServed    = "spec.backup: backups of sharded caches are not served by this version of cache-operator yet"
+	ShardedRestoreNotServed   = "spec.restore: restoring into a sharded cache is not served by this version of cache-operator yet"
+	ShardedTLSNotServed       = "spec.tls: TLS for sharded caches is not served by this version of cache-operator yet"
+	ShardedHibernateNotServed = "spec.hibernate: hibernating a sharded cache is not served by this version of cache-operator yet"
+	// ReshardNotServed: changing spec.shards of an existing cache.
+	ReshardNotServed = "spec.shards: changing the number of shards (resharding) is not served by this version of cache-operator yet"
+)
 
 // Backup is spec.backup: where a cache's backups go, when, and how many stay.
 type Backup struct {
@@ -204,6 +239,9 @@ func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
 	s, err := ParseSpec(mc)
 	if err == nil && s.Sharded() && !shardsServed {
 		return s, fmt.Errorf("spec.shards: %s", ShardsNotServed)
+	}
+	if why := s.ShardedNotServed(); err == nil && why != "" {
+		return s, errors.New(why)
 	}
 	return s, err
 }

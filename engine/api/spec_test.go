@@ -128,10 +128,32 @@ func TestShardsNotServed(t *testing.T) {
 	}
 }
 
-// The CRD's rule refuses a sharded cache with the same words as the operator.
+// The CRD's rules refuse what the operator does not serve for a sharded cache with the same words
+// as the operator.
 func TestCRDRefusesShardsWithTheSameWords(t *testing.T) {
-	if want := `message: "spec.shards: ` + ShardsNotServed + `"`; !strings.Contains(string(crd.ManagedCaches), want) {
-		t.Errorf("the CRD has no rule with %s", want)
+	for _, msg := range []string{"spec.shards: " + ShardsNotServed, ReshardNotServed, ShardedBackupNotServed, ShardedRestoreNotServed,
+		ShardedTLSNotServed, ShardedHibernateNotServed} {
+		if want := `message: "` + msg + `"`; !strings.Contains(string(crd.ManagedCaches), want) {
+			t.Errorf("the CRD has no rule with %s", want)
+		}
+	}
+}
+
+// What a sharded cache cannot have yet is named, every one, and refused by SpecFrom; a
+// primary/replica cache has it all.
+func TestShardedNotServed(t *testing.T) {
+	shardsServed = true
+	defer func() { shardsServed = false }()
+	spec := map[string]interface{}{"engine": map[string]interface{}{"version": "7.2"}, "shards": int64(3), "hibernate": true,
+		"tls": map[string]interface{}{"enabled": true}, "backup": map[string]interface{}{"store": map[string]interface{}{"secretName": "s3"}}}
+	mc := &unstructured.Unstructured{Object: map[string]interface{}{"metadata": map[string]interface{}{"name": "c"}, "spec": spec}}
+	want := ShardedBackupNotServed + "; " + ShardedTLSNotServed + "; " + ShardedHibernateNotServed
+	if _, err := SpecFrom(mc); err == nil || err.Error() != want {
+		t.Errorf("SpecFrom: %v; want %q", err, want)
+	}
+	delete(spec, "shards")
+	if s, err := SpecFrom(mc); err != nil || s.ShardedNotServed() != "" {
+		t.Errorf("the same spec without shards: %v, %q; want served", err, s.ShardedNotServed())
 	}
 }
 
