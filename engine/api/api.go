@@ -68,6 +68,16 @@ const LabelShard = "cache.example.com/shard"
 // ShardSetName is the name of shard i's StatefulSet and PodDisruptionBudget.
 func ShardSetName(cacheName string, i int) string { return fmt.Sprintf("%s-s%d", cacheName, i) }
 
+// IsMemberSet reports whether a StatefulSet of this name holds the cache's members: the cache's
+// own, or one of its shards' (<name>-s<shard>).
+func IsMemberSet(cacheName, setName string) bool {
+	if setName == cacheName {
+		return true
+	}
+	rest, found := strings.CutPrefix(setName, cacheName+"-s")
+	return found && digits(rest)
+}
+
 // ShardMemberOf reads a sharded cache's member pod name, <name>-s<shard>-<ordinal>: its shard and
 // ordinal; ok is false for any other name.
 func ShardMemberOf(cacheName, podName string) (shard, ordinal int, ok bool) {

@@ -378,9 +378,10 @@ func TestManagedFieldsKeptUntilTheUpgrade(t *testing.T) {
 	}
 }
 
-// A cache's members are the pods its StatefulSet controls and the pods with its labels that
-// nothing controls (orphaned by a StatefulSet deleted with --cascade=orphan: still running, still
-// the primary); a pod with the labels that another controller owns is none.
+// A cache's members are the pods its StatefulSet (or a shard's, <name>-s<shard>) controls and the
+// pods with its labels that nothing controls (orphaned by a StatefulSet deleted with
+// --cascade=orphan: still running, still the primary); a pod with the labels that another
+// controller owns is none.
 func TestMemberPodsKeepOrphans(t *testing.T) {
 	pods := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Pod{}, 0, cache.Indexers{InstanceIndex: podInstance})
 	s := &Set{Pods: pods}
@@ -401,12 +402,14 @@ func TestMemberPodsKeepOrphans(t *testing.T) {
 	add("sessions-2", &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "sessions", UID: "old"}) // a reference, not a controller
 	add("sessions-backup-x", controller("Job", "sessions-backup-x"))
 	add("sessions-3", controller("StatefulSet", "other"))
+	add("sessions-s1-0", controller("StatefulSet", "sessions-s1")) // a shard's member
+	add("sessions-x-0", controller("StatefulSet", "sessions-x"))
 	var got []string
 	for _, p := range s.MemberPods("shop", "sessions") {
 		got = append(got, p.Name)
 	}
 	sort.Strings(got)
-	if want := []string{"sessions-0", "sessions-1", "sessions-2"}; !reflect.DeepEqual(got, want) {
+	if want := []string{"sessions-0", "sessions-1", "sessions-2", "sessions-s1-0"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("members %v; want %v", got, want)
 	}
 }

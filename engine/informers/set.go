@@ -236,7 +236,8 @@ func (s *Set) CountByReady() map[string]int {
 	return counts
 }
 
-// MemberPods returns the pods of the cache namespace/name: those its StatefulSet controls, and
+// MemberPods returns the pods of the cache namespace/name: those its StatefulSet (or its shards'
+// StatefulSets) controls, and
 // those with its labels that nothing controls (a StatefulSet deleted with --cascade=orphan leaves
 // its pods running, serving the data, until the one the operator makes again adopts them: taking
 // them for gone failed over from a live primary, and lost the writes it acknowledged meanwhile).
@@ -253,7 +254,7 @@ func (s *Set) MemberPods(namespace, name string) []*Pod {
 		if !ok {
 			continue
 		}
-		if ref := metav1.GetControllerOfNoCopy(p); ref != nil && (ref.Kind != "StatefulSet" || ref.Name != name) {
+		if ref := metav1.GetControllerOfNoCopy(p); ref != nil && (ref.Kind != "StatefulSet" || !api.IsMemberSet(name, ref.Name)) {
 			continue
 		}
 		out = append(out, p)
