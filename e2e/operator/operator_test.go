@@ -97,27 +97,28 @@ func TestCacheLifecycle(t *testing.T) {
 		for _, tc := range []struct {
 			resource string
 			header   []string
-			row      map[int]string
+			row      map[string]string
 		}{
-			// Simulated members are not observed: member 0 is labelled primary.
-			{"managedcache", []string{"NAME", "REPLICAS", "READY", "ENGINE", "VERSION", "STATUS", "AGE", "ENDPOINT", "PRIMARY", "LAST-BACKUP"},
-				map[int]string{1: "3", 2: "3", 3: "redis", 4: "7.2", 5: "AllReplicasReady", 7: "sessions-rw." + ns + ".svc.cluster.local:6379", 8: "sessions-0"}},
+			// Simulated members are not observed: member 0 is labelled primary. SHARDS is empty
+			// for a primary/replica cache.
+			{"managedcache", []string{"NAME", "SHARDS", "REPLICAS", "READY", "ENGINE", "VERSION", "STATUS", "AGE", "ENDPOINT", "PRIMARY", "LAST-BACKUP"},
+				map[string]string{"SHARDS": "", "REPLICAS": "3", "READY": "3", "ENGINE": "redis", "VERSION": "7.2", "STATUS": "AllReplicasReady",
+					"ENDPOINT": "sessions-rw." + ns + ".svc.cluster.local:6379", "PRIMARY": "sessions-0"}},
 			{"managedcaches.v1.cache.example.com", []string{"NAME", "SIZE", "READY", "STATUS", "AGE", "ENDPOINT", "PRIMARY"},
-				map[int]string{1: "3", 2: "3", 3: "AllReplicasReady", 5: "sessions-rw." + ns + ".svc.cluster.local:6379", 6: "sessions-0"}},
+				map[string]string{"SIZE": "3", "READY": "3", "STATUS": "AllReplicasReady", "ENDPOINT": "sessions-rw." + ns + ".svc.cluster.local:6379", "PRIMARY": "sessions-0"}},
 		} {
 			out, err := c.Kubectl(ctx, "get", tc.resource, "sessions", "-n", ns, "-o", "wide")
 			if err != nil {
 				t.Fatal(err)
 			}
-			lines := strings.Split(strings.TrimSpace(out), "\n")
-			header, row := strings.Fields(lines[0]), strings.Fields(lines[1])
+			header, row := tableRow(out)
 			if !reflect.DeepEqual(header, tc.header) {
 				t.Errorf("%s: columns %v, want %v", tc.resource, header, tc.header)
 				continue
 			}
-			for i, want := range tc.row {
-				if row[i] != want {
-					t.Errorf("%s: column %s is %q, want %q", tc.resource, header[i], row[i], want)
+			for col, want := range tc.row {
+				if row[col] != want {
+					t.Errorf("%s: column %s is %q, want %q", tc.resource, col, row[col], want)
 				}
 			}
 		}
@@ -279,4 +280,37 @@ func TestForeignChildIsNotAdopted(t *testing.T) {
 	if err != nil || strings.TrimSpace(out) == "" {
 		t.Errorf("no Warning event ServiceFailed (err %v)", err)
 	}
+}
+
+// tableRow reads kubectl's table of one object: the column names, and the row's cells by column,
+// cut at the columns' starts (an empty cell, such as SHARDS of a primary/replica cache, is "").
+func tableRow(out string) ([]string, map[string]string) {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) < 2 {
+		return nil, nil
+	}
+	head, line := lines[0], lines[1]
+	var names []string
+	var starts []int
+	for i := 0; i < len(head); i++ {
+		if head[i] != ' ' && (i == 0 || head[i-1] == ' ') {
+			starts = append(starts, i)
+			end := strings.IndexByte(head[i:], ' ')
+			if end < 0 {
+				end = len(head) - i
+			}
+			names = append(names, head[i:i+end])
+		}
+	}
+	row := map[string]string{}
+	for k, from := range starts {
+		to := len(line)
+		if k+1 < len(starts) {
+			to = min(starts[k+1], len(line))
+		}
+		if from < len(line) {
+			row[names[k]] = strings.TrimSpace(line[from:to])
+		}
+	}
+	return names, row
 }
