@@ -74,23 +74,39 @@ func TestAdmissionRulesThroughTheAPIServer(t *testing.T) {
 	_, err = applyYAML(ctx, c, v1Doc(ns, "other", 1, "6.2"))
 	wantRejected(t, "kubectl apply v1 version 6.2", err, `spec.version: Unsupported value: "6.2": supported values: "7.0", "7.2", "8.0", "8.1"`)
 
-	// Sharded caches: the range and the mode change, by the schema in v2 and by the webhook in v1
-	// (whose spec.shards is in the v2-spec annotation); for now, every sharded cache is refused as
-	// not served yet.
-	sharded := func(name string, shards int) string {
-		return fmt.Sprintf("apiVersion: cache.example.com/v2\nkind: ManagedCache\nmetadata: {name: %s, namespace: %s}\nspec: {shards: %d, replicas: 2, engine: {version: \"8.0\"}}\n", name, ns, shards)
+	// Sharded caches: the range, the mode change and what is not served for them yet, by the
+	// schema in v2 and by the webhook in v1 (whose spec.shards is in the v2-spec annotation). What
+	// passes is applied with --dry-run=server: its namespace has no real nodes.
+	shardedWith := func(name string, shards int, more string) string {
+		return fmt.Sprintf("apiVersion: cache.example.com/v2\nkind: ManagedCache\nmetadata: {name: %s, namespace: %s}\nspec: {shards: %d, replicas: 2, engine: {version: \"8.0\"}%s}\n", name, ns, shards, more)
+	}
+	sharded := func(name string, shards int) string { return shardedWith(name, shards, "") }
+	dryRun := func(doc string) error {
+		cmd := c.KubectlCmd(ctx, "apply", "--dry-run=server", "-f", "-")
+		cmd.Stdin = strings.NewReader(doc)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("kubectl apply --dry-run=server: %w: %s", err, out)
+		}
+		return nil
 	}
 	v1Sharded := func(name string, size, shards int) string {
 		return fmt.Sprintf("apiVersion: cache.example.com/v1\nkind: ManagedCache\nmetadata: {name: %s, namespace: %s, annotations: {cache.example.com/v2-spec: '{\"shards\":%d}'}}\nspec: {size: %d, version: \"8.0\", storageGi: 1}\n", name, ns, shards, size)
 	}
 	_, err = applyYAML(ctx, c, sharded("two-shards", 2))
 	wantRejected(t, "v2 create of 2 shards", err, "spec.shards: Invalid value: 2: spec.shards in body should be greater than or equal to 3")
-	_, err = applyYAML(ctx, c, sharded("three-shards", 3))
-	wantRejected(t, "v2 create of 3 shards", err, "spec.shards: "+api.ShardsNotServed)
+	if err := dryRun(sharded("three-shards", 3)); err != nil {
+		t.Errorf("v2 create of 3 shards: %v", err)
+	}
+	_, err = applyYAML(ctx, c, shardedWith("backed-up", 3, ", backup: {store: {secretName: s3}}"))
+	wantRejected(t, "v2 create of 3 shards with a backup", err, api.ShardedBackupNotServed)
+	_, err = applyYAML(ctx, c, shardedWith("hidden", 3, ", tls: {enabled: true}, hibernate: true"))
+	wantRejected(t, "v2 create of 3 shards with TLS", err, api.ShardedTLSNotServed)
+	wantRejected(t, "v2 create of 3 shards hibernating", err, api.ShardedHibernateNotServed)
 	_, err = c.Kubectl(ctx, "patch", "managedcaches.v2.cache.example.com", "guarded", "-n", ns, "--type=merge", "-p", `{"spec":{"shards":3}}`)
 	wantRejected(t, "v2 patch adding shards", err, "spec.shards is set when the cache is created, never added or removed afterwards")
-	_, err = applyYAML(ctx, c, v1Sharded("v1-shards", 2, 3))
-	wantRejected(t, "v1 create of 3 shards", err, denied+"metadata.annotations[cache.example.com/v2-spec].shards: "+api.ShardsNotServed)
+	if err := dryRun(v1Sharded("v1-shards", 2, 3)); err != nil {
+		t.Errorf("v1 create of 3 shards: %v", err)
+	}
 	_, err = applyYAML(ctx, c, v1Sharded("v1-two-shards", 2, 2))
 	wantRejected(t, "v1 create of 2 shards", err, denied+"metadata.annotations[cache.example.com/v2-spec].shards: must be between 3 and 32")
 	_, err = applyYAML(ctx, c, v1Sharded("guarded", 5, 3))

@@ -116,9 +116,6 @@ func validateShards(c Change) error {
 			return fmt.Errorf("%s: %s", c.ShardsField, why)
 		}
 	}
-	if c.NewShards > 0 && !shardsServed {
-		return fmt.Errorf("%s: %s", c.ShardsField, api.ShardsNotServed)
-	}
 	if !c.Create && c.OldShards > 0 && c.NewShards > 0 && c.OldShards != c.NewShards {
 		return errors.New(api.ReshardNotServed)
 	}
@@ -127,9 +124,6 @@ func validateShards(c Change) error {
 	}
 	return nil
 }
-
-// shardsServed turns api.ShardsNotServed off (tests of the rules before it).
-var shardsServed = false
 
 func or(s, def string) string {
 	if s == "" {

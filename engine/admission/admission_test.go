@@ -120,17 +120,17 @@ func TestHandlerObjectsAndScale(t *testing.T) {
 		{"v1 create of a supported pair", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create, Object: v1(3, "8.0", "")}, ""},
 		{"v1 create of 2 shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create, Object: v1(2, "8.0", shardsAnn(2))},
 			"metadata.annotations[cache.example.com/v2-spec].shards: must be between 3 and 32 (a cluster needs a majority of its primaries to fail one over), got 2"},
-		{"v1 create of 3 shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create, Object: v1(2, "8.0", shardsAnn(3))}, served},
+		{"v1 create of 3 shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create, Object: v1(2, "8.0", shardsAnn(3))}, ""},
 		{"v1 create of 2.5 shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create, Object: v1(2, "8.0", `"cache.example.com/v2-spec":"{\"shards\":2.5}"`)}, "shards: must be a whole number"},
 		{"v1 update adding shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(3, "7.2", ""), Object: v1(3, "7.2", shardsAnn(3))},
 			"metadata.annotations[cache.example.com/v2-spec].shards: cannot turn a primary/replica cache into a sharded cache of 3 shards: a cache is sharded or not for its whole life"},
 		{"v1 update removing shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(2, "7.2", shardsAnn(4)), Object: v1(2, "7.2", "")},
 			"cannot turn a sharded cache of 4 shards into a primary/replica cache"},
 		{"v1 update of the shard count", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(2, "7.2", shardsAnn(3)), Object: v1(2, "7.2", shardsAnn(6))},
-			served + api.ReshardNotServed},
+			api.ReshardNotServed},
 		{"v1 create of 3 shards with a backup", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create,
 			Object: v1(2, "8.0", `"cache.example.com/v2-spec":"{\"shards\":3,\"backup\":{\"store\":{\"secretName\":\"s3\"}},\"hibernate\":true}"`)},
-			served + api.ShardedBackupNotServed + "; " + api.ShardedHibernateNotServed},
+			api.ShardedBackupNotServed + "; " + api.ShardedHibernateNotServed},
 		{"v2 update adding shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v2"}, Operation: admissionv1.Update, OldObject: v2(3, "7.2"),
 			Object: runtime.RawExtension{Raw: []byte(`{"apiVersion":"cache.example.com/v2","kind":"ManagedCache","metadata":{"name":"s"},"spec":{"replicas":3,"shards":3,"engine":{"version":"7.2"}}}`)}},
 			"spec.shards: cannot turn a primary/replica cache into a sharded cache of 3 shards"},
@@ -138,17 +138,6 @@ func TestHandlerObjectsAndScale(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.req.UID = "uid-1"
-			if rest, ok := strings.CutPrefix(tc.want, served); ok {
-				// Sharded: refused for now, and once sharded caches are served, allowed by the
-				// rules or refused with what follows the marker.
-				resp := review(t, h, &tc.req)
-				if resp.Allowed || !strings.HasSuffix(resp.Result.Message, "shards: "+api.ShardsNotServed) {
-					t.Errorf("response %+v, want denied as not served yet", resp)
-				}
-				shardsServed = true
-				defer func() { shardsServed = false }()
-				tc.want = rest
-			}
 			resp := review(t, h, &tc.req)
 			if tc.want == "" {
 				if !resp.Allowed {
@@ -162,10 +151,6 @@ func TestHandlerObjectsAndScale(t *testing.T) {
 		})
 	}
 }
-
-// served marks a sharded case ShardsNotServed refuses for now; what follows it is the refusal once
-// sharded caches are served ("": allowed).
-const served = "(served)"
 
 // shardsAnn is a v1 object's v2-spec annotation with spec.shards n.
 func shardsAnn(n int) string {

@@ -60,13 +60,6 @@ const (
 	MaxShardedNameLength = 48
 )
 
-// ShardsNotServed is why a sharded cache is refused (the CRD's rule, the webhook, SpecFrom) until
-// the operator forms and keeps a cluster: the API and its rules are in place first.
-const ShardsNotServed = "sharded caches are not served by this version of cache-operator yet (it forms no cluster); leave spec.shards out for a primary/replica cache"
-
-// shardsServed turns ShardsNotServed off (tests of the rules that follow it).
-var shardsServed = false
-
 // Sharded reports whether the spec asks for a sharded cache.
 func (s Spec) Sharded() bool { return s.Shards > 0 }
 
@@ -232,14 +225,11 @@ var (
 )
 
 // SpecFrom reads and validates the spec of a v2 ManagedCache, and refuses what this version of the
-// operator does not serve (ShardsNotServed). The CRD schema already rejects bad input at
+// operator does not serve for a sharded cache yet (Spec.ShardedNotServed). The CRD schema already rejects bad input at
 // admission; this is the operator's own guard, so that an odd object becomes a clear status
 // condition instead of a panic or a broken child.
 func SpecFrom(mc *unstructured.Unstructured) (Spec, error) {
 	s, err := ParseSpec(mc)
-	if err == nil && s.Sharded() && !shardsServed {
-		return s, fmt.Errorf("spec.shards: %s", ShardsNotServed)
-	}
 	if why := s.ShardedNotServed(); err == nil && why != "" {
 		return s, errors.New(why)
 	}

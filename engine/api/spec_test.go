@@ -81,8 +81,6 @@ func TestFence(t *testing.T) {
 // per shard (the fence per shard); anything else, or a name too long for the shards' children,
 // is an error that names the field.
 func TestShards(t *testing.T) {
-	shardsServed = true
-	defer func() { shardsServed = false }()
 	long := strings.Repeat("n", MaxShardedNameLength+1)
 	for _, tc := range []struct {
 		name, cache string
@@ -119,19 +117,10 @@ func TestShards(t *testing.T) {
 	}
 }
 
-// Until the operator forms clusters, a sharded spec is an error that says so.
-func TestShardsNotServed(t *testing.T) {
-	spec := map[string]interface{}{"engine": map[string]interface{}{"version": "7.2"}, "shards": int64(3)}
-	_, err := SpecFrom(&unstructured.Unstructured{Object: map[string]interface{}{"metadata": map[string]interface{}{"name": "c"}, "spec": spec}})
-	if want := "spec.shards: " + ShardsNotServed; err == nil || err.Error() != want {
-		t.Errorf("error %v; want %q", err, want)
-	}
-}
-
 // The CRD's rules refuse what the operator does not serve for a sharded cache with the same words
 // as the operator.
 func TestCRDRefusesShardsWithTheSameWords(t *testing.T) {
-	for _, msg := range []string{"spec.shards: " + ShardsNotServed, ReshardNotServed, ShardedBackupNotServed, ShardedRestoreNotServed,
+	for _, msg := range []string{ReshardNotServed, ShardedBackupNotServed, ShardedRestoreNotServed,
 		ShardedTLSNotServed, ShardedHibernateNotServed} {
 		if want := `message: "` + msg + `"`; !strings.Contains(string(crd.ManagedCaches), want) {
 			t.Errorf("the CRD has no rule with %s", want)
@@ -142,8 +131,6 @@ func TestCRDRefusesShardsWithTheSameWords(t *testing.T) {
 // What a sharded cache cannot have yet is named, every one, and refused by SpecFrom; a
 // primary/replica cache has it all.
 func TestShardedNotServed(t *testing.T) {
-	shardsServed = true
-	defer func() { shardsServed = false }()
 	spec := map[string]interface{}{"engine": map[string]interface{}{"version": "7.2"}, "shards": int64(3), "hibernate": true,
 		"tls": map[string]interface{}{"enabled": true}, "backup": map[string]interface{}{"store": map[string]interface{}{"secretName": "s3"}}}
 	mc := &unstructured.Unstructured{Object: map[string]interface{}{"metadata": map[string]interface{}{"name": "c"}, "spec": spec}}

@@ -1,0 +1,408 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"example.com/cache-operator/e2e/framework"
+	"example.com/cache-operator/engine/api"
+)
+
+// TestShardedCache: a cache of 3 shards × 2 members on the real nodes (Redis 7.0, cluster mode).
+// The operator forms the cluster (every slot served, each shard a primary and a replica, each
+// member labelled with its role) and the cache turns Ready; a cluster client given only the
+// read-write Service finds every shard, and redis-cli -c follows the redirections. Then, under a
+// cluster writer that records every acknowledged write: a planned removal of a primary (its pod
+// deleted: the operator hands its slots to the replica first) and a crash of a primary (its
+// process killed: the cluster fails over, or the member comes back first). Every acknowledged
+// write is read back, and the time until the shard took writes again is reported.
+func TestShardedCache(t *testing.T) {
+	parallel(t)
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.RealNamespace(t, "sharded")
+	startOperator(t, c)
+	deleteCachesOnCleanup(t, c, ns)
+	const name = "shop"
+	t0 := time.Now()
+	obj := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "cache.example.com/v2", "kind": "ManagedCache",
+		"metadata": map[string]interface{}{"name": name, "namespace": ns},
+		"spec": map[string]interface{}{"engine": map[string]interface{}{"name": "redis", "version": "7.0"},
+			"shards": int64(3), "replicas": int64(2), "storage": map[string]interface{}{"size": "1Gi"}},
+	}}
+	if _, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating a sharded cache: %v", err)
+	}
+	dumpMembersOnFailure(t, c, ns, name)
+	waitReady(t, c, ns, name, 2, 3*time.Minute)
+	t.Logf("3 shards × 2 members Ready %.1f s after the create", time.Since(t0).Seconds())
+
+	// kubectl shows the shards; changing their number is refused for now, with the reason.
+	if out, err := c.Kubectl(ctx, "get", "managedcaches.v2.cache.example.com", name, "-n", ns); err != nil {
+		t.Errorf("kubectl get: %v", err)
+	} else if _, cols := tableRow(out); cols["SHARDS"] != "3" || cols["REPLICAS"] != "2" {
+		t.Errorf("kubectl get shows %v; want SHARDS 3 and REPLICAS 2\n%s", cols, out)
+	}
+	_, err := c.Kubectl(ctx, "patch", "managedcaches.v2.cache.example.com", name, "-n", ns, "--type=merge", "-p", `{"spec":{"shards":4}}`)
+	wantRejected(t, "v2 patch of the shard count", err, api.ReshardNotServed)
+
+	pw := password(t, c, ns, name)
+	seed := net.JoinHostPort(clusterIP(t, c, ns, name+"-rw"), "6379")
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{seed}, Password: pw, Protocol: 2, DisableIdentity: true,
+		DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxRedirects: 8})
+	defer cc.Close()
+
+	// The layout, as a cluster client sees it from the one Service: three shards over every slot,
+	// each a primary and a replica, each at its pod's address and labelled with its role.
+	pods := map[string]corev1.Pod{}
+	byIP := map[string]string{}
+	for _, p := range memberPods(t, c, ns, name) {
+		pods[p.Name], byIP[p.Status.PodIP] = p, p.Name
+	}
+	var shardsSeen []redis.ClusterSlot
+	framework.Eventually(t, time.Minute, "CLUSTER SLOTS through "+name+"-rw: three shards of two over every slot", func() (bool, string, error) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		slots, err := cc.ClusterSlots(cctx).Result()
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		shardsSeen = slots
+		covered, pairs := 0, 0
+		for _, s := range slots {
+			covered += s.End - s.Start + 1
+			if len(s.Nodes) == 2 {
+				pairs++
+			}
+		}
+		return covered == 16384 && pairs == len(slots) && len(slots) >= 3, fmt.Sprintf("%d slots covered by %d ranges, %d with a primary and a replica", covered, len(slots), pairs), nil
+	})
+	shardOf := map[string]int{} // a primary's pod → its shard, from its name
+	for _, s := range shardsSeen {
+		for i, n := range s.Nodes {
+			host, _, _ := net.SplitHostPort(n.Addr)
+			pod, ok := byIP[host]
+			if !ok {
+				t.Fatalf("slots %d-%d: %s announces %s, which is no member's pod address (%v)", s.Start, s.End, n.ID, n.Addr, byIP)
+			}
+			role := "replica"
+			if i == 0 {
+				role = "primary"
+				shardOf[pod], _, _ = api.ShardMemberOf(name, pod)
+			}
+			if got := pods[pod].Labels[roleLabel]; got != role {
+				t.Errorf("%s serves slots %d-%d as the %s, labelled %q", pod, s.Start, s.End, role, got)
+			}
+		}
+		if a, b := s.Nodes[0].Addr, s.Nodes[1].Addr; shardMember(byIP, a) != shardMember(byIP, b) {
+			t.Errorf("slots %d-%d: primary %s and replica %s are not of one shard", s.Start, s.End, byIP[a], byIP[b])
+		}
+	}
+
+	// redis-cli -c, given the Service: a key of another shard is followed there.
+	if cli, err := exec.LookPath("redis-cli"); err == nil {
+		host, _, _ := net.SplitHostPort(seed)
+		for _, k := range []string{"alpha", "bravo", "charlie", "delta"} {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			out, err := exec.CommandContext(cctx, cli, "-c", "-h", host, "-p", "6379", "--no-auth-warning", "-a", pw, "SET", k, "v-"+k).CombinedOutput()
+			cancel()
+			if err != nil || strings.TrimSpace(string(out)) != "OK" {
+				t.Errorf("redis-cli -c SET %s through the Service: %v %q", k, err, out)
+			}
+			if v, err := cc.Get(ctx, k).Result(); err != nil || v != "v-"+k {
+				t.Errorf("GET %s through the cluster client: %q, %v", k, v, err)
+			}
+		}
+	} else {
+		t.Errorf("redis-cli is needed (Debian package redis-tools): %v", err)
+	}
+
+	// A writer over every shard: keys with a hash tag of each shard, round robin.
+	tags := shardTags(t, ctx, cc, 3)
+	w := startClusterWriter(cc, tags, 60_000, 3*time.Minute)
+	framework.Eventually(t, 30*time.Second, "the writer's first 300 acknowledged writes", func() (bool, string, error) {
+		n := w.ackedCount()
+		return n >= 300, fmt.Sprintf("%d acknowledged", n), nil
+	})
+
+	// A planned removal: shard 1's primary's pod deleted; its replica takes the slots first.
+	primaryOf := func(shard int) corev1.Pod {
+		for pod, s := range shardOf {
+			if s == shard {
+				return pods[pod]
+			}
+		}
+		t.Fatalf("no primary of shard %d among %v", shard, shardOf)
+		return corev1.Pod{}
+	}
+	leaving := primaryOf(1)
+	t1 := time.Now()
+	if err := c.Kube.CoreV1().Pods(ns).Delete(ctx, leaving.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitShardsWhole(t, c, ns, name, 2*time.Minute)
+	t.Logf("shard 1's primary %s deleted: whole again %.1f s later; shard 1's writes failed for %v", leaving.Name, time.Since(t1).Seconds(), w.failedFor(1, t1))
+
+	// A crash: shard 2's primary's process killed.
+	crashed := primaryOf(2)
+	for _, p := range memberPods(t, c, ns, name) {
+		if p.Name == crashed.Name {
+			crashed = p
+		}
+	}
+	t2 := time.Now()
+	c.CrashContainer(t, &crashed, "redis")
+	back := w.waitShardWrites(t, 2, t2, time.Minute)
+	t.Logf("shard 2's primary %s crashed: the shard took writes again %.1f s later", crashed.Name, back.Seconds())
+	waitShardsWhole(t, c, ns, name, 2*time.Minute)
+
+	w.halt()
+	lost, acked := w.lost(t, cc)
+	t.Logf("%d writes acknowledged through a planned removal and a crash, %d lost; failures by kind %v", acked, len(lost), w.failures())
+	if len(lost) > 0 {
+		t.Errorf("acknowledged writes lost: %v", lost[:min(len(lost), 10)])
+	}
+}
+
+// shardMember is the shard part of the pod at addr ("shop-s1" of "shop-s1-0").
+func shardMember(byIP map[string]string, addr string) string {
+	host, _, _ := net.SplitHostPort(addr)
+	pod := byIP[host]
+	return pod[:strings.LastIndex(pod, "-")]
+}
+
+// waitShardsWhole waits until the sharded cache is Ready and not Degraded (the member pass found
+// the cluster whole) with no member pod being deleted.
+func waitShardsWhole(t *testing.T, c *framework.Cluster, ns, name string, timeout time.Duration) {
+	t.Helper()
+	framework.Eventually(t, timeout, ns+"/"+name+" whole: Ready, not Degraded, no member leaving", func() (bool, string, error) {
+		mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		ready, reason, msg := readyReason(mc)
+		degraded := ""
+		conds, _, _ := unstructured.NestedSlice(mc.Object, "status", "conditions")
+		for _, cd := range conds {
+			if m, _ := cd.(map[string]interface{}); m["type"] == "Degraded" {
+				degraded = fmt.Sprintf("%v/%v %v", m["status"], m["reason"], m["message"])
+			}
+		}
+		var leaving []string
+		for _, p := range memberPods(t, c, ns, name) {
+			if p.DeletionTimestamp != nil {
+				leaving = append(leaving, p.Name)
+			}
+		}
+		return ready == "True" && strings.HasPrefix(degraded, "False/") && len(leaving) == 0,
+			fmt.Sprintf("Ready %s/%s %q, Degraded %s, leaving %v", ready, reason, msg, degraded, leaving), nil
+	})
+}
+
+// shardTags returns a hash tag for each of n shards, in slot order of the shards: keys "{tag}:..."
+// all live in that shard's slots.
+func shardTags(t *testing.T, ctx context.Context, cc *redis.ClusterClient, n int) []string {
+	t.Helper()
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(slots, func(i, j int) bool { return slots[i].Start < slots[j].Start })
+	tags := make([]string, n)
+	for i, found := 0, 0; found < n; i++ {
+		if i == 10_000 {
+			t.Fatalf("no hash tag found for every shard: %v", tags)
+		}
+		tag := "t" + strconv.Itoa(i)
+		slot, err := cc.ClusterKeySlot(ctx, tag).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := 0; s < n && s < len(slots); s++ {
+			if int(slot) >= slots[s].Start && int(slot) <= slots[s].End && tags[s] == "" {
+				tags[s] = tag
+				found++
+			}
+		}
+	}
+	return tags
+}
+
+// clusterWriter writes SET {<tag of shard s>}:<n> <n> for n = 0, 1, ..., s = n mod shards, through
+// a cluster client, bounded in count and time, and records each outcome by shard.
+type clusterWriter struct {
+	mu     sync.Mutex
+	cc     *redis.ClusterClient
+	tags   []string
+	acked  map[int]bool
+	events map[int][]writeEvent // by shard
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func startClusterWriter(cc *redis.ClusterClient, tags []string, maxWrites int, maxTime time.Duration) *clusterWriter {
+	w := &clusterWriter{cc: cc, tags: tags, acked: map[int]bool{}, events: map[int][]writeEvent{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		deadline := time.Now().Add(maxTime)
+		for n := 0; n < maxWrites && time.Now().Before(deadline); n++ {
+			select {
+			case <-w.stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err := cc.Set(ctx, w.key(n), n, 0).Err()
+			cancel()
+			ev := writeEvent{at: time.Now(), ok: err == nil}
+			w.mu.Lock()
+			if err != nil {
+				ev.err = err.Error()
+			} else {
+				w.acked[n] = true
+			}
+			shard := n % len(w.tags)
+			w.events[shard] = append(w.events[shard], ev)
+			w.mu.Unlock()
+			time.Sleep(2 * time.Millisecond) // a steady writer, not a flood
+		}
+	}()
+	return w
+}
+
+func (w *clusterWriter) key(n int) string {
+	return "{" + w.tags[n%len(w.tags)] + "}:" + strconv.Itoa(n)
+}
+
+func (w *clusterWriter) halt() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+func (w *clusterWriter) ackedCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acked)
+}
+
+// failedFor is how long shard's writes failed after t0: from the first failure to the last.
+func (w *clusterWriter) failedFor(shard int, t0 time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var first, last time.Time
+	for _, ev := range w.events[shard] {
+		if ev.at.After(t0) && !ev.ok {
+			if first.IsZero() {
+				first = ev.at
+			}
+			last = ev.at
+		}
+	}
+	return last.Sub(first)
+}
+
+// waitShardWrites waits until shard takes writes again after t0: a write acknowledged after the
+// shard's last failure since t0, with at least one failure seen (or none within timeout: the
+// member came back before a write failed). It returns the time from t0 to that write.
+func (w *clusterWriter) waitShardWrites(t *testing.T, shard int, t0 time.Time, timeout time.Duration) time.Duration {
+	t.Helper()
+	var back time.Duration
+	framework.Eventually(t, timeout, fmt.Sprintf("shard %d takes writes again", shard), func() (bool, string, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		var lastFail, okAfter time.Time
+		fails := 0
+		for _, ev := range w.events[shard] {
+			if !ev.at.After(t0) {
+				continue
+			}
+			if !ev.ok {
+				lastFail, okAfter = ev.at, time.Time{}
+				fails++
+			} else if okAfter.IsZero() {
+				okAfter = ev.at
+			}
+		}
+		if !okAfter.IsZero() && (fails > 0 || time.Since(t0) > 15*time.Second) {
+			back = okAfter.Sub(t0)
+			return true, "", nil
+		}
+		return false, fmt.Sprintf("%d failed writes since, the last at +%v", fails, lastFail.Sub(t0).Round(time.Millisecond)), nil
+	})
+	return back
+}
+
+// failures counts the failed writes by error, the first words of each.
+func (w *clusterWriter) failures() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]int{}
+	for _, evs := range w.events {
+		for _, ev := range evs {
+			if !ev.ok {
+				f := strings.Fields(ev.err)
+				out[strings.Join(f[:min(len(f), 3)], " ")]++
+			}
+		}
+	}
+	return out
+}
+
+// lost reads every acknowledged write back (GETs in pipelines, which the cluster client splits by
+// shard) and returns those missing or wrong, and how many were acknowledged.
+func (w *clusterWriter) lost(t *testing.T, cc *redis.ClusterClient) ([]int, int) {
+	t.Helper()
+	w.mu.Lock()
+	acked := make([]int, 0, len(w.acked))
+	for n := range w.acked {
+		acked = append(acked, n)
+	}
+	w.mu.Unlock()
+	sort.Ints(acked)
+	var lost []int
+	for i := 0; i < len(acked); i += 500 {
+		batch := acked[i:min(i+500, len(acked))]
+		var cmds []redis.Cmder
+		var err error
+		for try := 0; try < 10; try++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			cmds, err = cc.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, n := range batch {
+					p.Get(ctx, w.key(n))
+				}
+				return nil
+			})
+			cancel()
+			if err == nil || err == redis.Nil {
+				break
+			}
+		}
+		for j, cmd := range cmds {
+			if v, err := cmd.(*redis.StringCmd).Result(); err != nil || v != strconv.Itoa(batch[j]) {
+				lost = append(lost, batch[j])
+			}
+		}
+		if len(cmds) == 0 {
+			t.Fatalf("reading back writes %d-%d: %v", batch[0], batch[len(batch)-1], err)
+		}
+	}
+	return lost, len(acked)
+}
