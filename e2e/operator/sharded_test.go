@@ -38,17 +38,7 @@ func TestShardedCache(t *testing.T) {
 	deleteCachesOnCleanup(t, c, ns)
 	const name = "shop"
 	t0 := time.Now()
-	obj := &unstructured.Unstructured{Object: map[string]interface{}{
-		"apiVersion": "cache.example.com/v2", "kind": "ManagedCache",
-		"metadata": map[string]interface{}{"name": name, "namespace": ns},
-		"spec": map[string]interface{}{"engine": map[string]interface{}{"name": "redis", "version": "7.0"},
-			"shards": int64(3), "replicas": int64(2), "storage": map[string]interface{}{"size": "1Gi"}},
-	}}
-	if _, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating a sharded cache: %v", err)
-	}
-	dumpMembersOnFailure(t, c, ns, name)
-	waitReady(t, c, ns, name, 2, 3*time.Minute)
+	createSharded(t, c, ns, name)
 	t.Logf("3 shards × 2 members Ready %.1f s after the create", time.Since(t0).Seconds())
 
 	// kubectl shows the shards; changing their number is refused for now, with the reason.
@@ -62,8 +52,7 @@ func TestShardedCache(t *testing.T) {
 
 	pw := password(t, c, ns, name)
 	seed := net.JoinHostPort(clusterIP(t, c, ns, name+"-rw"), "6379")
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{seed}, Password: pw, Protocol: 2, DisableIdentity: true,
-		DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxRedirects: 8})
+	cc := clusterClient(seed, pw)
 	defer cc.Close()
 
 	// The layout, as a cluster client sees it from the one Service: three shards over every slot,
@@ -173,6 +162,125 @@ func TestShardedCache(t *testing.T) {
 	w.halt()
 	lost, acked := w.lost(t, cc)
 	t.Logf("%d writes acknowledged through a planned removal and a crash, %d lost; failures by kind %v", acked, len(lost), w.failures())
+	if len(lost) > 0 {
+		t.Errorf("acknowledged writes lost: %v", lost[:min(len(lost), 10)])
+	}
+}
+
+// createSharded creates a cache of 3 shards × 2 members (Redis 7.0) on the real nodes and waits
+// until it is Ready.
+func createSharded(t *testing.T, c *framework.Cluster, ns, name string) {
+	t.Helper()
+	obj := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "cache.example.com/v2", "kind": "ManagedCache",
+		"metadata": map[string]interface{}{"name": name, "namespace": ns},
+		"spec": map[string]interface{}{"engine": map[string]interface{}{"name": "redis", "version": "7.0"},
+			"shards": int64(3), "replicas": int64(2), "storage": map[string]interface{}{"size": "1Gi"}},
+	}}
+	if _, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating a sharded cache: %v", err)
+	}
+	dumpMembersOnFailure(t, c, ns, name)
+	waitReady(t, c, ns, name, 2, 3*time.Minute)
+}
+
+// clusterClient is a cluster client that knows only seed, with bounds for a loaded machine and
+// no retries beyond the redirections it follows.
+func clusterClient(seed, pw string) *redis.ClusterClient {
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{seed}, Password: pw, Protocol: 2, DisableIdentity: true,
+		DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxRedirects: 8})
+}
+
+// TestShardedCacheComesBackWhole: a sharded cache keeps its cluster whole, under a cluster writer
+// that records every acknowledged write, when a replica comes back with an empty volume (its claim
+// deleted with its pod: a new node, which the operator joins to its shard as a replica after the
+// cluster forgets the old one; it never takes slots) and when every member restarts at once (every
+// pod deleted: each comes back at a new address with its nodes.conf, and the operator introduces
+// them again). Every acknowledged write is read back.
+func TestShardedCacheComesBackWhole(t *testing.T) {
+	parallel(t)
+	c := framework.Setup(t)
+	ctx := context.Background()
+	ns := c.RealNamespace(t, "sharded-back")
+	startOperator(t, c)
+	deleteCachesOnCleanup(t, c, ns)
+	const name = "orders"
+	createSharded(t, c, ns, name)
+	cc := clusterClient(net.JoinHostPort(clusterIP(t, c, ns, name+"-rw"), "6379"), password(t, c, ns, name))
+	defer cc.Close()
+	w := startClusterWriter(cc, shardTags(t, ctx, cc, 3), 100_000, 5*time.Minute)
+	framework.Eventually(t, 30*time.Second, "the writer's first 300 acknowledged writes", func() (bool, string, error) {
+		n := w.ackedCount()
+		return n >= 300, fmt.Sprintf("%d acknowledged", n), nil
+	})
+
+	// A replica back empty.
+	var replica corev1.Pod
+	for _, p := range memberPods(t, c, ns, name) {
+		if p.Labels[roleLabel] == "replica" && strings.HasPrefix(p.Name, name+"-s0-") {
+			replica = p
+		}
+	}
+	if replica.Name == "" {
+		t.Fatal("no replica in shard 0")
+	}
+	t1 := time.Now()
+	claim := "data-" + replica.Name
+	if err := c.Kube.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, claim, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Kube.CoreV1().Pods(ns).Delete(ctx, replica.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, "a new claim "+claim, func() (bool, string, error) {
+		pvc, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return pvc.CreationTimestamp.Time.After(t1.Add(-time.Second)), "the old claim still there", nil
+	})
+	waitShardsWhole(t, c, ns, name, 3*time.Minute)
+	t.Logf("%s back with an empty volume: the cache whole again %.1f s after its claim was deleted", replica.Name, time.Since(t1).Seconds())
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range slots {
+		if len(s.Nodes) != 2 {
+			t.Errorf("slots %d-%d served by %d nodes; want a primary and a replica", s.Start, s.End, len(s.Nodes))
+		}
+	}
+
+	// Every member at once.
+	t2 := time.Now()
+	if err := c.Kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + name}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, "every member's pod made anew", func() (bool, string, error) {
+		var old []string
+		for _, p := range memberPods(t, c, ns, name) {
+			if !p.CreationTimestamp.Time.After(t2.Add(-time.Second)) {
+				old = append(old, p.Name)
+			}
+		}
+		return len(old) == 0, fmt.Sprintf("not yet made anew: %v", old), nil
+	})
+	waitShardsWhole(t, c, ns, name, 3*time.Minute)
+	t.Logf("every member restarted at once: the cache whole again %.1f s after", time.Since(t2).Seconds())
+	whole := time.Now()
+	framework.Eventually(t, time.Minute, "every shard takes writes after the restart", func() (bool, string, error) {
+		var waiting []int
+		for s := 0; s < 3; s++ {
+			if w.ackedSince(s, whole) == 0 {
+				waiting = append(waiting, s)
+			}
+		}
+		return len(waiting) == 0, fmt.Sprintf("no write acknowledged yet by shards %v", waiting), nil
+	})
+
+	w.halt()
+	lost, acked := w.lost(t, cc)
+	t.Logf("%d writes acknowledged through a member back empty and a whole-cluster restart, %d lost; failures by kind %v", acked, len(lost), w.failures())
 	if len(lost) > 0 {
 		t.Errorf("acknowledged writes lost: %v", lost[:min(len(lost), 10)])
 	}
@@ -348,6 +456,19 @@ func (w *clusterWriter) waitShardWrites(t *testing.T, shard int, t0 time.Time, t
 		return false, fmt.Sprintf("%d failed writes since, the last at +%v", fails, lastFail.Sub(t0).Round(time.Millisecond)), nil
 	})
 	return back
+}
+
+// ackedSince counts shard's writes acknowledged after t0.
+func (w *clusterWriter) ackedSince(shard int, t0 time.Time) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, ev := range w.events[shard] {
+		if ev.ok && ev.at.After(t0) {
+			n++
+		}
+	}
+	return n
 }
 
 // failures counts the failed writes by error, the first words of each.

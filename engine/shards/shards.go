@@ -206,8 +206,13 @@ func forget(nodes []Node, byID map[string]*Node, _ Spec) []Step {
 
 // meet: every member is introduced to the first member (by name), at its current address, when
 // that member does not know it there (a new member, one back with a new ID, or a whole-cluster
-// restart that changed every address). Gossip spreads the rest: until every member knows every
-// other at its address, the pass waits (a later phase's command may name any node).
+// restart that changed every address). Gossip spreads the rest, except an address that changed
+// while both ends were away: a node keeps the old address of a peer it never reached again (it
+// takes a new one from gossip only once it has marked the peer failing, which it never does for a
+// peer it could not ping: seen after a whole-cluster restart on the real nodes, stuck for
+// minutes). So once the first member knows every member where it is, each member that does not
+// know another at its address meets it there itself (a meeting already under way is not
+// repeated by the server). A later phase's command may name any node.
 func meet(nodes []Node, _ map[string]*Node, _ Spec) []Step {
 	first := nodes[0]
 	var steps []Step
@@ -223,10 +228,13 @@ func meet(nodes []Node, _ map[string]*Node, _ Spec) []Step {
 	for _, n := range nodes {
 		for _, m := range nodes {
 			if addr, ok := n.Known[m.ID]; m.ID != n.ID && (!ok || addr != m.Addr) {
-				return []Step{{Kind: Wait, Member: n.Member, Target: m.Member,
-					Why: fmt.Sprintf("gossip: %s does not know %s at %s yet", n.Member, m.Member, m.Addr)}}
+				steps = append(steps, Step{Kind: Meet, Member: n.Member, Target: m.Member, Addr: m.Addr,
+					Why: fmt.Sprintf("%s does not know %s at %s", n.Member, m.Member, m.Addr)})
 			}
 		}
+	}
+	if len(steps) > 0 {
+		return steps
 	}
 	return nil
 }

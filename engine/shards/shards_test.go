@@ -115,13 +115,14 @@ func TestDecide(t *testing.T) {
 		{name: "new members are introduced to the first", spec: Spec{3, 2},
 			nodes: func() []Node { return fresh(3, 2) },
 			want:  []string{"Meet c-0-0 → c-0-1", "Meet c-0-0 → c-1-0", "Meet c-0-0 → c-1-1", "Meet c-0-0 → c-2-0", "Meet c-0-0 → c-2-1"}},
-		{name: "introduced to the first, not yet to each other: gossip is waited for", spec: Spec{2, 2},
+		{name: "introduced to the first, not to each other (a peer's old address kept): they meet directly", spec: Spec{2, 2},
 			nodes: func() []Node {
 				n := cluster(2, 2)
 				delete(member(n, "c-1-1").Known, "id-1-0")
+				member(n, "c-0-1").Known["id-1-1"] = "10.0.9.9:6379"
 				return n
 			},
-			want: []string{"Wait c-1-1 → c-1-0"}, whyHas: "gossip"},
+			want: []string{"Meet c-0-1 → c-1-1", "Meet c-1-1 → c-1-0"}, whyHas: "c-0-1 does not know c-1-1 at 10.0.1.1:6379"},
 		{name: "a new cluster, introduced: each shard's first member takes its even part", spec: Spec{3, 2},
 			nodes: func() []Node {
 				n := cluster(3, 2)
