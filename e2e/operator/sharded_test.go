@@ -34,7 +34,7 @@ func TestShardedCache(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "sharded")
-	startOperator(t, c)
+	startOperator(t, c, confined(t, c, ns)...)
 	deleteCachesOnCleanup(t, c, ns)
 	const name = "shop"
 	t0 := time.Now()
@@ -202,7 +202,7 @@ func TestShardedCacheComesBackWhole(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "sharded-back")
-	startOperator(t, c)
+	startOperator(t, c, confined(t, c, ns)...)
 	deleteCachesOnCleanup(t, c, ns)
 	const name = "orders"
 	createSharded(t, c, ns, name)
