@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os/exec"
@@ -208,7 +209,9 @@ func TestShardedCacheComesBackWhole(t *testing.T) {
 	createSharded(t, c, ns, name)
 	cc := clusterClient(net.JoinHostPort(clusterIP(t, c, ns, name+"-rw"), "6379"), password(t, c, ns, name))
 	defer cc.Close()
-	w := startClusterWriter(cc, shardTags(t, ctx, cc, 3), 100_000, 5*time.Minute)
+	// Bounded well past what the test waits for, side by side with others (a 5-minute bound ran
+	// out before the restart was over once): it is halted below.
+	w := startClusterWriter(cc, shardTags(t, ctx, cc, 3), 300_000, 15*time.Minute)
 	framework.Eventually(t, 30*time.Second, "the writer's first 300 acknowledged writes", func() (bool, string, error) {
 		n := w.ackedCount()
 		return n >= 300, fmt.Sprintf("%d acknowledged", n), nil
@@ -274,6 +277,11 @@ func TestShardedCacheComesBackWhole(t *testing.T) {
 			if w.ackedSince(s, whole) == 0 {
 				waiting = append(waiting, s)
 			}
+		}
+		select {
+		case <-w.done:
+			return false, "", errors.New("the writer reached its bound before the shards took writes again")
+		default:
 		}
 		return len(waiting) == 0, fmt.Sprintf("no write acknowledged yet by shards %v", waiting), nil
 	})
