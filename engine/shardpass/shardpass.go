@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -36,6 +37,9 @@ type Member struct {
 type Seen struct {
 	Member
 	View member.ClusterView
+	// Keys is how many keys it holds, read for the members of shards past the spec's (a shard
+	// being removed) only.
+	Keys int64
 	// Err: its server did not answer (View is empty).
 	Err error
 }
@@ -48,8 +52,20 @@ type Result struct {
 	Steps []shards.Step
 	// Whole: nothing to do, and every member says cluster_state:ok.
 	Whole bool
-	// KeysMoved counts the keys the pass moved between shards.
-	KeysMoved int
+	// Serving: every member says cluster_state:ok and the cluster needs nothing but a reshard's
+	// moves (it is whole but for its layout).
+	Serving bool
+	// KeysMoved and SlotsMoved count the keys and slots the pass moved between shards.
+	KeysMoved, SlotsMoved int
+	// SlotsToMove is what the reshard still has to move after the pass (shards.Misplaced), and
+	// SlotsKnown whether every member answered so that it could be counted.
+	SlotsToMove int
+	SlotsKnown  bool
+	// Paced: the pass stopped its moves at Pass.MoveFor; the next one goes on.
+	Paced bool
+	// Drained lists the shards past the spec's whose every member (PerShard of them) answered,
+	// serves no slot and holds no key: they can be removed.
+	Drained []int
 }
 
 // Pass runs the passes of one cache.
@@ -61,29 +77,52 @@ type Pass struct {
 	MigrateUser, MigratePassword string
 	// MigrateBatch is how many keys one MIGRATE carries (0: 100).
 	MigrateBatch int
+	// MoveFor bounds the time a pass spends moving slots (0: no bound): a reshard goes on over
+	// many passes, so that it yields the member worker to other caches, and each pass reads the
+	// members again (a member that stops is seen within one budget).
+	MoveFor time.Duration
 }
 
 // Run reads every member, decides and carries out one phase. A step that fails stops the phase
 // there; its error is returned with what was seen (the next pass starts again from what the
 // members then say).
 func (p Pass) Run(ctx context.Context, members []Member, spec shards.Spec) (Result, error) {
-	seen := p.observe(ctx, members)
+	seen := p.observe(ctx, members, spec)
 	nodes := p.nodes(ctx, seen)
-	res := Result{Seen: seen, Steps: shards.Decide(nodes, spec)}
+	res := Result{Seen: seen, Steps: shards.Decide(nodes, spec), SlotsKnown: true}
+	ok := true
+	for _, s := range seen {
+		ok = ok && s.Err == nil && s.View.State == "ok"
+		res.SlotsKnown = res.SlotsKnown && s.Err == nil
+	}
+	if res.SlotsKnown {
+		res.SlotsToMove = shards.Misplaced(nodes, spec)
+	}
+	res.Drained = drained(seen, spec)
+	res.Whole = ok && len(res.Steps) == 0
+	res.Serving = ok && (len(res.Steps) == 0 || shards.Resharding(res.Steps))
 	if len(res.Steps) == 0 {
-		res.Whole = true
-		for _, s := range seen {
-			res.Whole = res.Whole && s.Err == nil && s.View.State == "ok"
-		}
 		return res, nil
 	}
 	byName := map[string]Seen{}
 	for _, s := range seen {
 		byName[s.Name] = s
 	}
+	var deadline time.Time
+	if p.MoveFor > 0 {
+		deadline = time.Now().Add(p.MoveFor)
+	}
 	for _, step := range res.Steps {
-		moved, err := p.apply(ctx, step, byName)
-		res.KeysMoved += moved
+		keys, slots, err := p.apply(ctx, step, byName, deadline)
+		res.KeysMoved += keys
+		res.SlotsMoved += slots
+		if step.Reshard {
+			res.SlotsToMove = max(0, res.SlotsToMove-slots)
+		}
+		if errors.Is(err, errPaced) {
+			res.Paced = true
+			return res, nil
+		}
 		if err != nil {
 			return res, fmt.Errorf("%s (%s): %w", step, step.Why, err)
 		}
@@ -91,8 +130,36 @@ func (p Pass) Run(ctx context.Context, members []Member, spec shards.Spec) (Resu
 	return res, nil
 }
 
-// observe reads every member with an address at once.
-func (p Pass) observe(ctx context.Context, members []Member) []Seen {
+// errPaced stops a phase at Pass.MoveFor.
+var errPaced = errors.New("the pass's time for moves is spent")
+
+// drained returns the shards past spec.Shards whose every member answered, serves no slot and
+// holds no key.
+func drained(seen []Seen, spec shards.Spec) []int {
+	count, empty := map[int]int{}, map[int]bool{}
+	for _, s := range seen {
+		if s.Shard < spec.Shards {
+			continue
+		}
+		if _, ok := empty[s.Shard]; !ok {
+			empty[s.Shard] = true
+		}
+		count[s.Shard]++
+		empty[s.Shard] = empty[s.Shard] && s.Err == nil && len(s.View.Slots) == 0 && s.Keys == 0
+	}
+	var out []int
+	for shard, e := range empty {
+		if e && count[shard] >= spec.PerShard {
+			out = append(out, shard)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// observe reads every member with an address at once (and the keys of those of shards past
+// spec.Shards).
+func (p Pass) observe(ctx context.Context, members []Member, spec shards.Spec) []Seen {
 	seen := make([]Seen, len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {
@@ -105,6 +172,9 @@ func (p Pass) observe(ctx context.Context, members []Member) []Seen {
 		go func(s *Seen) {
 			defer wg.Done()
 			s.View, s.Err = member.ObserveCluster(ctx, p.Client(s.Member))
+			if s.Err == nil && s.Shard >= spec.Shards {
+				s.Keys, s.Err = member.KeyCount(ctx, p.Client(s.Member))
+			}
 		}(&seen[i])
 	}
 	wg.Wait()
@@ -130,7 +200,7 @@ func (p Pass) nodes(ctx context.Context, seen []Seen) []shards.Node {
 		if s.Err == nil {
 			v := s.View
 			n.Observed, n.ID, n.Primary, n.PrimaryID = true, v.ID, v.Primary, v.PrimaryID
-			n.Migrating, n.Importing, n.Known, n.Serving = v.Migrating, v.Importing, v.Known, v.Serving
+			n.Migrating, n.Importing, n.Known, n.Serving, n.OK = v.Migrating, v.Importing, v.Known, v.Serving, v.State == "ok"
 			for _, r := range v.Slots {
 				n.Slots = append(n.Slots, shards.Range{From: r[0], To: r[1]})
 			}
@@ -150,12 +220,21 @@ func (p Pass) nodes(ctx context.Context, seen []Seen) []shards.Node {
 	return nodes
 }
 
-// apply carries out one step; it returns the keys it moved.
-func (p Pass) apply(ctx context.Context, s shards.Step, byName map[string]Seen) (int, error) {
+// apply carries out one step; it returns the keys and slots it moved. A move stops between two
+// slots once deadline (when set) has passed, with errPaced.
+func (p Pass) apply(ctx context.Context, s shards.Step, byName map[string]Seen, deadline time.Time) (int, int, error) {
+	if s.Kind == shards.Move {
+		return p.move(ctx, s, byName, deadline)
+	}
+	return 0, 0, p.command(ctx, s, byName)
+}
+
+// command carries out a step that moves no key.
+func (p Pass) command(ctx context.Context, s shards.Step, byName map[string]Seen) error {
 	self, target := byName[s.Member], byName[s.Target]
 	switch s.Kind {
 	case shards.Wait:
-		return 0, nil
+		return nil
 	case shards.Forget:
 		// Every member forgets the node, or gossip brings it back.
 		var errs []error
@@ -166,46 +245,54 @@ func (p Pass) apply(ctx context.Context, s shards.Step, byName map[string]Seen) 
 				}
 			}
 		}
-		return 0, errors.Join(errs...)
+		return errors.Join(errs...)
 	case shards.Meet:
-		return 0, member.Meet(ctx, p.Client(self.Member), s.Addr, target.BusPort)
+		return member.Meet(ctx, p.Client(self.Member), s.Addr, target.BusPort)
 	case shards.AddSlots:
 		for _, r := range s.Slots {
 			if err := member.AddSlots(ctx, p.Client(self.Member), r.From, r.To); err != nil {
-				return 0, err
+				return err
 			}
 		}
-		return 0, nil
+		return nil
 	case shards.Replicate:
-		return 0, member.ReplicateNode(ctx, p.Client(self.Member), target.View.ID)
+		return member.ReplicateNode(ctx, p.Client(self.Member), target.View.ID)
 	case shards.Failover:
-		return 0, member.ClusterFailover(ctx, p.Client(self.Member))
+		return member.ClusterFailover(ctx, p.Client(self.Member))
 	case shards.Stable:
 		for _, r := range s.Slots {
 			for slot := r.From; slot <= r.To; slot++ {
 				if err := member.SetSlotStable(ctx, p.Client(self.Member), slot); err != nil {
-					return 0, err
+					return err
 				}
 			}
 		}
-		return 0, nil
-	case shards.Move:
-		batch := p.MigrateBatch
-		if batch <= 0 {
-			batch = 100
-		}
-		moved := 0
-		for _, r := range s.Slots {
-			for slot := r.From; slot <= r.To; slot++ {
-				n, err := member.MoveSlot(ctx, p.Client(self.Member), p.Client(target.Member), self.View.ID, target.View.ID, target.Addr,
-					p.MigrateUser, p.MigratePassword, slot, batch)
-				moved += n
-				if err != nil {
-					return moved, err
-				}
-			}
-		}
-		return moved, nil
+		return nil
 	}
-	return 0, fmt.Errorf("a step of an unknown kind %q", s.Kind)
+	return fmt.Errorf("a step of an unknown kind %q", s.Kind)
+}
+
+// move moves the keys of the step's slots, slot by slot, in MIGRATE batches.
+func (p Pass) move(ctx context.Context, s shards.Step, byName map[string]Seen, deadline time.Time) (int, int, error) {
+	self, target := byName[s.Member], byName[s.Target]
+	batch := p.MigrateBatch
+	if batch <= 0 {
+		batch = 100
+	}
+	keys, slots := 0, 0
+	for _, r := range s.Slots {
+		for slot := r.From; slot <= r.To; slot++ {
+			if !deadline.IsZero() && time.Now().After(deadline) {
+				return keys, slots, errPaced
+			}
+			n, err := member.MoveSlot(ctx, p.Client(self.Member), p.Client(target.Member), self.View.ID, target.View.ID, target.Addr,
+				p.MigrateUser, p.MigratePassword, slot, batch)
+			keys += n
+			if err != nil {
+				return keys, slots, err
+			}
+			slots++
+		}
+	}
+	return keys, slots, nil
 }

@@ -26,6 +26,7 @@ type localCluster struct {
 	clients  map[string]*redis.Client
 	pass     Pass
 	moved    int
+	paced    int // passes that stopped at MoveFor
 }
 
 func (lc *localCluster) start(shard, per int) {
@@ -63,6 +64,9 @@ func (lc *localCluster) converge(ctx context.Context, spec shards.Spec) []string
 			lc.t.Fatalf("a pass: %v", err)
 		}
 		lc.moved += res.KeysMoved
+		if res.Paced {
+			lc.paced++
+		}
 		if res.Whole {
 			return phases
 		}
@@ -87,7 +91,8 @@ func (lc *localCluster) converge(ctx context.Context, spec shards.Spec) []string
 func TestClusterFormsAndReshardsOnLocalServers(t *testing.T) {
 	ctx := context.Background()
 	lc := &localCluster{t: t, password: "cluster-test-pw", clients: map[string]*redis.Client{}}
-	lc.pass = Pass{Client: func(m Member) *redis.Client { return lc.clients[m.Name] }, MigratePassword: lc.password}
+	lc.pass = Pass{Client: func(m Member) *redis.Client { return lc.clients[m.Name] }, MigratePassword: lc.password,
+		MoveFor: 500 * time.Millisecond}
 	for s := 0; s < 3; s++ {
 		lc.start(s, 2)
 	}
@@ -154,6 +159,18 @@ func TestClusterFormsAndReshardsOnLocalServers(t *testing.T) {
 	t0 = time.Now()
 	phases = lc.converge(ctx, shards.Spec{Shards: 3, PerShard: 2})
 	t.Logf("4 → 3 shards in %v, phases %v", time.Since(t0).Round(time.Millisecond), phases)
+	// Each shard serves its count of the even layout.
+	views = lc.views(ctx)
+	for shard, r := range shards.Even(3) {
+		n := 0
+		for _, sr := range views[fmt.Sprintf("c-%d-0", shard)].Slots {
+			n += sr[1] - sr[0] + 1
+		}
+		if want := r.To - r.From + 1; n != want {
+			t.Errorf("after 4 → 3 shards, shard %d serves %d slots; want %d", shard, n, want)
+		}
+	}
+	shard1 := views["c-1-0"].Slots
 	// A planned removal of shard 1's primary under the writer: its replica takes the slots over.
 	for i := range lc.members {
 		lc.members[i].Leaving = lc.members[i].Name == "c-1-0"
@@ -161,7 +178,7 @@ func TestClusterFormsAndReshardsOnLocalServers(t *testing.T) {
 	t0 = time.Now()
 	phases = lc.converge(ctx, shards.Spec{Shards: 3, PerShard: 2})
 	t.Logf("c-1-0 leaving: handed over in %v, phases %v", time.Since(t0).Round(time.Millisecond), phases)
-	if views := lc.views(ctx); !views["c-1-1"].Primary || !reflect.DeepEqual(views["c-1-1"].Slots, [][2]int{{shards.Even(3)[1].From, shards.Even(3)[1].To}}) ||
+	if views := lc.views(ctx); !views["c-1-1"].Primary || !reflect.DeepEqual(views["c-1-1"].Slots, shard1) ||
 		views["c-1-0"].PrimaryID != views["c-1-1"].ID {
 		t.Errorf("after c-1-0's handover: c-1-1 primary %v with %v, c-1-0 replicates %q; want c-1-1 the primary of shard 1's slots, c-1-0 its replica",
 			views["c-1-1"].Primary, views["c-1-1"].Slots, views["c-1-0"].PrimaryID)
@@ -197,6 +214,9 @@ func TestClusterFormsAndReshardsOnLocalServers(t *testing.T) {
 	}
 	if lc.moved == 0 {
 		t.Error("the passes moved no key between shards")
+	}
+	if lc.paced == 0 {
+		t.Error("no pass stopped its moves at MoveFor (0.5 s): each reshard was done in one pass")
 	}
 	views = lc.views(ctx)
 	for _, m := range []string{"c-3-0", "c-3-1"} {

@@ -65,6 +65,8 @@ type Node struct {
 	// them it sees serving slots.
 	Known   map[string]string
 	Serving map[string]bool
+	// OK: it says cluster_state:ok (a member that does not refuses keys: a MIGRATE to it fails).
+	OK bool
 }
 
 // Spec is the cluster the cache's spec asks for.
@@ -107,6 +109,9 @@ type Step struct {
 	Addr   string
 	Slots  []Range
 	Why    string
+	// Reshard: the step is a reshard's move (the cluster is whole and serving: only its layout
+	// differs from the spec's).
+	Reshard bool
 }
 
 func (s Step) String() string {
@@ -402,50 +407,124 @@ func replicate(nodes []Node, byID map[string]*Node, spec Spec) []Step {
 	return steps
 }
 
-// reshard: once the cluster is whole, the slots move until shard i's primary serves Even(Shards)'s
-// part i: a slot served by another shard moves to the one that should serve it. Shards past
-// spec.Shards give all theirs away (they are removed once they hold no slot and no key).
+// reshard: once the cluster is whole, slots move until each shard i below spec.Shards serves as
+// many slots as Even(spec.Shards)'s part i holds, and the shards past spec.Shards serve none (they
+// are removed once they hold no slot and no key). It moves no more than the counts need (3 → 6
+// shards moves half the slots, not the five sixths that redrawing the even ranges would): each
+// shard short of its count, in shard order, takes from the shards over theirs, in shard order,
+// the highest slots they serve. The plan is a function of the counts only, so that a reshard
+// resumed after a stop (the operator's, or a pass's budget) picks the same pairs.
 func reshard(nodes []Node, byID map[string]*Node, spec Spec) []Step {
-	want := Even(spec.Shards)
-	type pair struct{ from, to string }
-	moves := map[pair][]int{}
-	for i := range nodes {
-		n := &nodes[i]
-		for _, r := range n.Slots {
-			for s := r.From; s <= r.To; s++ {
-				shard := shardOf(want, s)
-				if shard == n.Shard {
-					continue
-				}
-				to := primaryOf(nodes, byID, shard)
-				if to == nil {
-					continue
-				}
-				moves[pair{n.Member, to.Member}] = append(moves[pair{n.Member, to.Member}], s)
+	owners, surplus, deficit := balance(nodes, byID, spec)
+	if len(surplus) == 0 {
+		return nil
+	}
+	// A member that does not yet see a primary serve its slots (one just met, still learning the
+	// layout by gossip), or does not yet say cluster_state:ok, refuses a key of them: a MIGRATE to
+	// it fails (CLUSTERDOWN). The moves wait for gossip.
+	for _, n := range nodes {
+		if !n.OK {
+			return []Step{{Kind: Wait, Why: fmt.Sprintf("%s does not say cluster_state:ok yet", n.Member)}}
+		}
+		for _, m := range nodes {
+			if m.ID != n.ID && len(m.Slots) > 0 && !n.Serving[m.ID] {
+				return []Step{{Kind: Wait, Why: fmt.Sprintf("%s does not see %s serve slots yet (gossip)", n.Member, m.Member)}}
 			}
 		}
 	}
-	keys := make([]pair, 0, len(moves))
-	for k := range moves {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].from != keys[j].from {
-			return keys[i].from < keys[j].from
-		}
-		return keys[i].to < keys[j].to
-	})
 	var steps []Step
-	for _, k := range keys {
-		steps = append(steps, Step{Kind: Move, Member: k.from, Target: k.to, Slots: ranges(moves[k]),
-			Why: fmt.Sprintf("resharding to %d shards", spec.Shards)})
+	for _, d := range deficit {
+		for i := range surplus {
+			if d.n == 0 {
+				break
+			}
+			src := &surplus[i]
+			k := min(d.n, src.n)
+			if k == 0 {
+				continue
+			}
+			// The source's highest slots it still has to give.
+			slots := src.slots[len(src.slots)-k:]
+			src.slots, src.n, d.n = src.slots[:len(src.slots)-k], src.n-k, d.n-k
+			steps = append(steps, Step{Kind: Move, Member: owners[src.shard].Member, Target: owners[d.shard].Member,
+				Slots: ranges(append([]int(nil), slots...)), Reshard: true,
+				Why: fmt.Sprintf("resharding to %d shards: shard %d gives %d slots to shard %d", spec.Shards, src.shard, k, d.shard)})
+		}
 	}
 	return steps
 }
 
-// shardOf returns the shard of want that serves slot s.
-func shardOf(want []Range, s int) int {
-	return sort.Search(len(want), func(i int) bool { return want[i].To >= s })
+// share is a shard's slots against its count in the even layout: n slots over (surplus) or
+// under (deficit) it.
+type share struct {
+	shard int
+	n     int
+	slots []int // a surplus shard's slots, sorted
+}
+
+// balance finds each shard's primary (the member that serves its slots, or the one its members
+// replicate) and the shards over and under their counts, in shard order. A shard without a
+// primary to take slots is left out.
+func balance(nodes []Node, byID map[string]*Node, spec Spec) (map[int]*Node, []share, []share) {
+	want := Even(spec.Shards)
+	served := map[int][]int{}
+	shardSet := map[int]bool{}
+	for _, n := range nodes {
+		shardSet[n.Shard] = true
+		for _, r := range n.Slots {
+			for s := r.From; s <= r.To; s++ {
+				served[n.Shard] = append(served[n.Shard], s)
+			}
+		}
+	}
+	owners := map[int]*Node{}
+	var surplus, deficit []share
+	for _, shard := range sorted(shardSet) {
+		target := 0
+		if shard < len(want) {
+			target = want[shard].To - want[shard].From + 1
+		}
+		have := len(served[shard])
+		p := primaryOf(nodes, byID, shard)
+		if p == nil {
+			continue
+		}
+		owners[shard] = p
+		switch {
+		case have > target:
+			sort.Ints(served[shard])
+			surplus = append(surplus, share{shard: shard, n: have - target, slots: served[shard]})
+		case have < target:
+			deficit = append(deficit, share{shard: shard, n: target - have})
+		}
+	}
+	return owners, surplus, deficit
+}
+
+// Misplaced counts the slots that shards serve over their counts in the even layout of
+// spec.Shards (all of them, for a shard past spec.Shards): what a reshard still has to move.
+func Misplaced(nodes []Node, spec Spec) int {
+	byID := map[string]*Node{}
+	for i := range nodes {
+		byID[nodes[i].ID] = &nodes[i]
+	}
+	_, surplus, _ := balance(nodes, byID, spec)
+	n := 0
+	for _, s := range surplus {
+		n += s.n
+	}
+	return n
+}
+
+// Resharding reports whether steps are a reshard's moves only: the cluster serves every slot and
+// only its layout differs from the spec's.
+func Resharding(steps []Step) bool {
+	for _, s := range steps {
+		if !s.Reshard {
+			return false
+		}
+	}
+	return len(steps) > 0
 }
 
 // ranges folds sorted slots into ranges.

@@ -16,7 +16,7 @@ func cluster(shards, per int) []Node {
 	for s := 0; s < shards; s++ {
 		for o := 0; o < per; o++ {
 			n := Node{Member: fmt.Sprintf("c-%d-%d", s, o), Shard: s, Ordinal: o, Addr: fmt.Sprintf("10.0.%d.%d:6379", s, o),
-				Observed: true, ID: fmt.Sprintf("id-%d-%d", s, o)}
+				Observed: true, ID: fmt.Sprintf("id-%d-%d", s, o), OK: true}
 			if o == 0 {
 				n.Primary, n.Slots = true, []Range{even[s]}
 			} else {
@@ -41,7 +41,7 @@ func cluster(shards, per int) []Node {
 func fresh(shards, per int) []Node {
 	nodes := cluster(shards, per)
 	for i := range nodes {
-		nodes[i].Primary, nodes[i].PrimaryID, nodes[i].Slots = true, "", nil
+		nodes[i].Primary, nodes[i].PrimaryID, nodes[i].Slots, nodes[i].OK = true, "", nil, false
 		nodes[i].Known, nodes[i].Serving = nil, nil
 	}
 	return nodes
@@ -246,12 +246,12 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Move c-0-0 → c-1-0 [9]"}},
-		{name: "three shards to four: each old shard gives the new one the part it must serve", spec: Spec{4, 2},
+		{name: "three shards to four: each old shard gives the new one its surplus", spec: Spec{4, 2},
 			nodes: func() []Node {
 				n := cluster(3, 2)
 				for s := 0; s < 2; s++ { // shard 3's members: introduced, replica attached, no slot yet
 					x := Node{Member: fmt.Sprintf("c-3-%d", s), Shard: 3, Ordinal: s, Addr: fmt.Sprintf("10.0.3.%d:6379", s), Observed: true,
-						ID: fmt.Sprintf("id-3-%d", s), Primary: s == 0}
+						ID: fmt.Sprintf("id-3-%d", s), Primary: s == 0, OK: true}
 					if s == 1 {
 						x.PrimaryID = "id-3-0"
 					}
@@ -267,12 +267,39 @@ func TestDecide(t *testing.T) {
 						}
 					}
 				}
+				gossip(n)
 				return n
 			},
-			want: []string{"Move c-0-0 → c-1-0 [4096-5460]", "Move c-1-0 → c-2-0 [8192-10921]", "Move c-2-0 → c-3-0 [12288-16383]"}},
+			// Each old shard gives the new one its highest slots over its new count: 4,096 in all,
+			// not the 8,192 that redrawing the even ranges would move.
+			want: []string{"Move c-0-0 → c-3-0 [4096-5460]", "Move c-1-0 → c-3-0 [9557-10921]", "Move c-2-0 → c-3-0 [15018-16383]"}},
+		{name: "three shards to four: the new shard does not see the slots' owners yet", spec: Spec{4, 2},
+			nodes: func() []Node {
+				n := cluster(3, 2)
+				for s := 0; s < 2; s++ {
+					x := Node{Member: fmt.Sprintf("c-3-%d", s), Shard: 3, Ordinal: s, Addr: fmt.Sprintf("10.0.3.%d:6379", s), Observed: true,
+						ID: fmt.Sprintf("id-3-%d", s), Primary: s == 0, OK: true}
+					if s == 1 {
+						x.PrimaryID = "id-3-0"
+					}
+					n = append(n, x)
+				}
+				for i := range n {
+					for _, o := range n {
+						if o.ID != n[i].ID {
+							if n[i].Known == nil {
+								n[i].Known = map[string]string{}
+							}
+							n[i].Known[o.ID] = o.Addr
+						}
+					}
+				}
+				return n // c-3-*'s Serving is empty
+			},
+			want: []string{"Wait "}, whyHas: "does not see"},
 		{name: "four shards to three: the last gives all its slots away", spec: Spec{3, 2},
 			nodes: func() []Node { return cluster(4, 2) },
-			want:  []string{"Move c-1-0 → c-0-0 [4096-5460]", "Move c-2-0 → c-1-0 [8192-10921]", "Move c-3-0 → c-2-0 [12288-16383]"}},
+			want:  []string{"Move c-3-0 → c-0-0 [15019-16383]", "Move c-3-0 → c-1-0 [13654-15018]", "Move c-3-0 → c-2-0 [12288-13653]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			steps := Decide(tc.nodes(), tc.spec)
@@ -296,7 +323,7 @@ func TestDecide(t *testing.T) {
 // served once, by the shard Even says, each shard one primary and its replicas.
 func TestDecideConverges(t *testing.T) {
 	nodes := fresh(3, 2)
-	run := func(spec Spec) {
+	run := func(spec Spec) (moved int) {
 		t.Helper()
 		for round := 0; ; round++ {
 			steps := Decide(nodes, spec)
@@ -306,22 +333,35 @@ func TestDecideConverges(t *testing.T) {
 			if round == 20 {
 				t.Fatalf("no end after 20 phases; the last: %q", strs(steps))
 			}
-			for _, s := range steps {
-				apply(t, nodes, s)
+			if moving := 0; Resharding(steps) {
+				for _, s := range steps {
+					for _, r := range s.Slots {
+						moving += r.To - r.From + 1
+					}
+				}
+				if got := Misplaced(nodes, spec); got != moving {
+					t.Fatalf("Misplaced says %d slots; the reshard's steps move %d", got, moving)
+				}
+				moved += moving
 			}
+			for _, s := range steps {
+				if s.Kind != Wait {
+					apply(t, nodes, s)
+				}
+			}
+			gossip(nodes)
 		}
 		want := Even(spec.Shards)
 		served := map[int]string{}
+		count := map[int]int{}
 		for _, n := range nodes {
 			for _, r := range n.Slots {
 				for s := r.From; s <= r.To; s++ {
 					if prev, ok := served[s]; ok {
 						t.Fatalf("slot %d served by %s and %s", s, prev, n.Member)
 					}
-					if shardOf(want, s) != n.Shard {
-						t.Fatalf("slot %d served by shard %d; want %d", s, n.Shard, shardOf(want, s))
-					}
 					served[s] = n.Member
+					count[n.Shard]++
 				}
 			}
 			if !n.Primary && member(nodes, n.Member).PrimaryID != fmt.Sprintf("id-%d-0", n.Shard) {
@@ -331,19 +371,64 @@ func TestDecideConverges(t *testing.T) {
 		if len(served) != Slots {
 			t.Fatalf("%d slots served; want %d", len(served), Slots)
 		}
+		for shard := 0; shard < spec.Shards+3; shard++ {
+			if target := 0; shard < len(want) {
+				target = want[shard].To - want[shard].From + 1
+				if count[shard] != target {
+					t.Fatalf("shard %d serves %d slots; want %d", shard, count[shard], target)
+				}
+			} else if count[shard] != 0 {
+				t.Fatalf("shard %d, past %d shards, serves %d slots", shard, spec.Shards, count[shard])
+			}
+		}
+		if n := Misplaced(nodes, spec); n != 0 {
+			t.Fatalf("a converged cluster has %d misplaced slots", n)
+		}
+		return moved
 	}
 	run(Spec{3, 2})
 	for s := 3; s < 6; s++ { // three more shards' members start
 		for o := 0; o < 2; o++ {
 			nodes = append(nodes, Node{Member: fmt.Sprintf("c-%d-%d", s, o), Shard: s, Ordinal: o, Addr: fmt.Sprintf("10.0.%d.%d:6379", s, o),
-				Observed: true, ID: fmt.Sprintf("id-%d-%d", s, o), Primary: true})
+				Observed: true, ID: fmt.Sprintf("id-%d-%d", s, o), Primary: true, OK: true})
 		}
 	}
-	run(Spec{6, 2})
-	run(Spec{3, 2})
+	if n := Misplaced(nodes, Spec{6, 2}); n != Slots/2 {
+		t.Fatalf("3 → 6 shards: %d slots misplaced; want half, %d", n, Slots/2)
+	}
+	if steps := Decide(nodes, Spec{6, 2}); Resharding(steps) {
+		t.Fatalf("new shards not yet met or attached, and already the reshard: %q", strs(steps))
+	}
+	// Each way moves only what the counts need: half the slots.
+	if n := run(Spec{6, 2}); n != Slots/2 {
+		t.Errorf("3 → 6 shards moved %d slots; want %d", n, Slots/2)
+	}
+	if n := run(Spec{3, 2}); n != Slots/2 {
+		t.Errorf("6 → 3 shards moved %d slots; want %d", n, Slots/2)
+	}
 	for _, n := range nodes {
 		if n.Shard >= 3 && len(n.Slots) > 0 {
 			t.Errorf("%s of a removed shard still serves %v", n.Member, n.Slots)
+		}
+	}
+}
+
+// gossip tells every member which of the nodes it knows serve slots, and whether every slot is
+// served (cluster_state:ok).
+func gossip(nodes []Node) {
+	covered := 0
+	for _, n := range nodes {
+		for _, r := range n.Slots {
+			covered += r.To - r.From + 1
+		}
+	}
+	for i := range nodes {
+		nodes[i].OK = covered == Slots
+		nodes[i].Serving = map[string]bool{}
+		for _, o := range nodes {
+			if _, ok := nodes[i].Known[o.ID]; ok {
+				nodes[i].Serving[o.ID] = len(o.Slots) > 0
+			}
 		}
 	}
 }
