@@ -47,6 +47,8 @@ type Change struct {
 	// (0: not sharded).
 	ShardsField          string
 	OldShards, NewShards int64
+	// Resharding is the old object's status.reshard: a reshard runs (nil: none).
+	Resharding *api.ReshardStatus
 	// NotServed is what of the new sharded spec this version does not serve yet
 	// (api.Spec.ShardedNotServed; "" when none).
 	NotServed string
@@ -116,8 +118,10 @@ func validateShards(c Change) error {
 			return fmt.Errorf("%s: %s", c.ShardsField, why)
 		}
 	}
-	if !c.Create && c.OldShards > 0 && c.NewShards > 0 && c.OldShards != c.NewShards {
-		return errors.New(api.ReshardNotServed)
+	if r := c.Resharding; !c.Create && c.OldShards > 0 && c.NewShards > 0 && c.OldShards != c.NewShards && r != nil {
+		return fmt.Errorf("%s: a reshard to %d shards is running (%d slots moved, %d to move): change the number of shards "+
+			"once it has finished (the Resharding condition is gone); a change is refused, not queued, so that each reshard "+
+			"is one the status reports from start to end", c.ShardsField, r.Shards, r.SlotsMoved, r.SlotsToMove)
 	}
 	if c.NotServed != "" {
 		return errors.New(c.NotServed)

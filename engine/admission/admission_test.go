@@ -126,8 +126,16 @@ func TestHandlerObjectsAndScale(t *testing.T) {
 			"metadata.annotations[cache.example.com/v2-spec].shards: cannot turn a primary/replica cache into a sharded cache of 3 shards: a cache is sharded or not for its whole life"},
 		{"v1 update removing shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(2, "7.2", shardsAnn(4)), Object: v1(2, "7.2", "")},
 			"cannot turn a sharded cache of 4 shards into a primary/replica cache"},
-		{"v1 update of the shard count", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(2, "7.2", shardsAnn(3)), Object: v1(2, "7.2", shardsAnn(6))},
-			api.ReshardNotServed},
+		{"v1 update of the shard count", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: v1(2, "7.2", shardsAnn(3)), Object: v1(2, "7.2", shardsAnn(6))}, ""},
+		{"v2 update of the shard count while a reshard runs", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v2"}, Operation: admissionv1.Update,
+			OldObject: runtime.RawExtension{Raw: []byte(`{"apiVersion":"cache.example.com/v2","kind":"ManagedCache","metadata":{"name":"s"},"spec":{"replicas":2,"shards":4,"engine":{"version":"7.2"}},` +
+				`"status":{"reshard":{"shards":4,"slotsMoved":100,"slotsToMove":3996}}}`)},
+			Object: runtime.RawExtension{Raw: []byte(`{"apiVersion":"cache.example.com/v2","kind":"ManagedCache","metadata":{"name":"s"},"spec":{"replicas":2,"shards":5,"engine":{"version":"7.2"}}}`)}},
+			"spec.shards: a reshard to 4 shards is running (100 slots moved, 3996 to move): change the number of shards once it has finished"},
+		{"v2 update of the replicas while a reshard runs", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v2"}, Operation: admissionv1.Update,
+			OldObject: runtime.RawExtension{Raw: []byte(`{"apiVersion":"cache.example.com/v2","kind":"ManagedCache","metadata":{"name":"s"},"spec":{"replicas":2,"shards":4,"engine":{"version":"7.2"}},` +
+				`"status":{"reshard":{"shards":4,"slotsMoved":100,"slotsToMove":3996}}}`)},
+			Object: runtime.RawExtension{Raw: []byte(`{"apiVersion":"cache.example.com/v2","kind":"ManagedCache","metadata":{"name":"s"},"spec":{"replicas":3,"shards":4,"engine":{"version":"7.2"}}}`)}}, ""},
 		{"v1 create of 3 shards with a backup", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create,
 			Object: v1(2, "8.0", `"cache.example.com/v2-spec":"{\"shards\":3,\"backup\":{\"store\":{\"secretName\":\"s3\"}},\"hibernate\":true}"`)},
 			api.ShardedBackupNotServed + "; " + api.ShardedHibernateNotServed},

@@ -106,6 +106,9 @@ func changeOf(ctx context.Context, req *admissionv1.AdmissionRequest, lookup Ann
 		c.ReplicasField, c.VersionField, c.ShardsField = "spec.size", "spec.version", v1ShardsField
 	}
 	c.OldShards, c.NewShards, c.NotServed = shards(oldObj), shards(newObj), notServed(newObj)
+	if r := api.ReshardOf(oldObj); r != nil {
+		c.Resharding = r
+	}
 	c.OldReplicas = replicas(oldObj)
 	c.NewReplicas = replicas(newObj)
 	c.OldVersion, _, _ = unstructured.NestedString(oldObj.Object, "spec", "engine", "version")

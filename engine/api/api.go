@@ -78,6 +78,17 @@ func IsMemberSet(cacheName, setName string) bool {
 	return found && digits(rest)
 }
 
+// ShardOfSet reads a shard's StatefulSet name, <name>-s<shard>: its shard; ok is false for any
+// other name.
+func ShardOfSet(cacheName, setName string) (int, bool) {
+	rest, found := strings.CutPrefix(setName, cacheName+"-s")
+	if !found || !digits(rest) {
+		return 0, false
+	}
+	shard, err := strconv.Atoi(rest)
+	return shard, err == nil
+}
+
 // ShardMemberOf reads a sharded cache's member pod name, <name>-s<shard>-<ordinal>: its shard and
 // ordinal; ok is false for any other name.
 func ShardMemberOf(cacheName, podName string) (shard, ordinal int, ok bool) {

@@ -23,6 +23,8 @@ const (
 	// ConditionBackupsReady says whether the cache's backups can run: the store answers, the
 	// bucket exists and the schedule parses.
 	ConditionBackupsReady = "BackupsReady"
+	// ConditionResharding is present while a sharded cache's slots move to reach spec.shards.
+	ConditionResharding = "Resharding"
 	// ConditionDataLost is present, True, once every member of a cache came back empty after it
 	// held keys; it stays until the cache's spec changes.
 	ConditionDataLost = "DataLost"
@@ -109,6 +111,12 @@ const (
 	ReasonCleanupFailed = "CleanupFailed"
 )
 
+// Reasons of the Resharding condition.
+const (
+	ReasonMovingSlots    = "MovingSlots"
+	ReasonRemovingShards = "RemovingShards"
+)
+
 // ReasonDataLost is the DataLost condition's reason, and a Warning Event: every member of the
 // cache came back empty after it held keys.
 const ReasonDataLost = "DataLost"
@@ -177,6 +185,10 @@ var Conditions = []ConditionDoc{
 		{ReasonBucketNotFound, "False", "the bucket does not exist"},
 		{ReasonScheduleInvalid, "False", "spec.backup.schedule does not parse"},
 		{ReasonCleanupFailed, "False", "onDelete: Delete could not delete the cache's backups (the deletion waits)"},
+	}},
+	{ConditionResharding, "present while a sharded cache's slots move to reach spec.shards, removed once every shard serves its share and the shards past it are gone", []Reason{
+		{ReasonMovingSlots, "True", "slots move with their keys while clients write (the message and status.reshard give slots moved and to move)"},
+		{ReasonRemovingShards, "True", "every slot is where it should be; the shards past spec.shards, which hold no slot and no key, are being removed"},
 	}},
 	{ConditionDataLost, "present, True, once every member came back empty after the cache held keys; removed when the spec changes", []Reason{
 		{ReasonDataLost, "True", "the message gives the keys held before and when it was seen"},

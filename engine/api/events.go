@@ -30,6 +30,9 @@ const (
 	// copy the operator saw, with the same passwords.
 	EventCredentialsRestored = "CredentialsRestored"
 	EventClaimOwned          = "VolumeClaimOwned"
+	EventReshardStarted      = "ReshardStarted"
+	EventReshardCompleted    = "ReshardCompleted"
+	EventShardRemoved        = "ShardRemoved"
 )
 
 // EventDoc is one Event reason: its type (Normal or Warning), on what, and what it means.
@@ -84,4 +87,7 @@ var Events = []EventDoc{
 	{EventCredentialsKept, "Warning", "the password Secret was deleted while the cache uses it; it is kept"},
 	{EventCredentialsRestored, "Warning", "the password Secret was gone; it was written back with the same passwords"},
 	{EventClaimOwned, "Normal", "a volume claim of the cache was given the cache's owner reference"},
+	{EventReshardStarted, "Normal", "a sharded cache's slots began moving to reach spec.shards (or went on after an operator restart; the message says which)"},
+	{EventReshardCompleted, "Normal", "every shard serves its share of the slots (slots and keys moved, time)"},
+	{EventShardRemoved, "Normal", "a shard past spec.shards, which served no slot and held no key, was removed (its StatefulSet, disruption budget and volume claims)"},
 }

@@ -93,8 +93,6 @@ const (
 	ShardedRestoreNotServed   = "spec.restore: restoring into a sharded cache is not served by this version of cache-operator yet"
 	ShardedTLSNotServed       = "spec.tls: TLS for sharded caches is not served by this version of cache-operator yet"
 	ShardedHibernateNotServed = "spec.hibernate: hibernating a sharded cache is not served by this version of cache-operator yet"
-	// ReshardNotServed: changing spec.shards of an existing cache.
-	ReshardNotServed = "spec.shards: changing the number of shards (resharding) is not served by this version of cache-operator yet"
 )
 
 // Backup is spec.backup: where a cache's backups go, when, and how many stay.

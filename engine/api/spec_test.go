@@ -120,7 +120,7 @@ func TestShards(t *testing.T) {
 // The CRD's rules refuse what the operator does not serve for a sharded cache with the same words
 // as the operator.
 func TestCRDRefusesShardsWithTheSameWords(t *testing.T) {
-	for _, msg := range []string{ReshardNotServed, ShardedBackupNotServed, ShardedRestoreNotServed,
+	for _, msg := range []string{ShardedBackupNotServed, ShardedRestoreNotServed,
 		ShardedTLSNotServed, ShardedHibernateNotServed} {
 		if want := `message: "` + msg + `"`; !strings.Contains(string(crd.ManagedCaches), want) {
 			t.Errorf("the CRD has no rule with %s", want)

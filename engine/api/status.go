@@ -22,6 +22,7 @@ type Status struct {
 	Restore            *RestoreStatus     `json:"restore,omitempty"`
 	LastFailover       *FailoverStatus    `json:"lastFailover,omitempty"`
 	Hibernation        *HibernationStatus `json:"hibernation,omitempty"`
+	Reshard            *ReshardStatus     `json:"reshard,omitempty"`
 	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
 }
 
@@ -80,9 +81,33 @@ type MembersView struct {
 	// Refused, when set, is a command the members refused the operator (NOPERM, WRONGPASS, NOAUTH):
 	// what it could not do and the server's answer (the Degraded condition, ReasonOperatorRefused).
 	Refused string
-	// ClusterWhole, for a sharded cache: the cluster needs no step and every member says
-	// cluster_state:ok (Ready waits for it, as a primary/replica cache's waits for a primary).
+	// ClusterWhole, for a sharded cache: every member says cluster_state:ok and the cluster needs
+	// no step but a reshard's moves (Ready waits for it, as a primary/replica cache's waits for a
+	// primary).
 	ClusterWhole bool
+	// SlotsToMove, for a sharded cache, is what its reshard still has to move, when SlotsKnown
+	// (every member answered).
+	SlotsToMove int64
+	SlotsKnown  bool
+	// Drained lists the shards past spec.shards that serve no slot and hold no key, every member
+	// read: their StatefulSets can go.
+	Drained []int
+}
+
+// ReshardStatus is status.reshard: set while a sharded cache's slots move to reach spec.shards.
+type ReshardStatus struct {
+	// Shards is the number of shards the slots move to.
+	Shards int64 `json:"shards"`
+	// SlotsMoved and SlotsToMove: the slots moved since Since, and those still to move.
+	SlotsMoved  int64 `json:"slotsMoved"`
+	SlotsToMove int64 `json:"slotsToMove"`
+	// Since is when the operator began moving the slots (RFC 3339).
+	Since string `json:"since,omitempty"`
+}
+
+// ReshardOf reads status.reshard of a cache (nil: none).
+func ReshardOf(mc *unstructured.Unstructured) *ReshardStatus {
+	return statusField[ReshardStatus](mc, "reshard")
 }
 
 // MemberStatus is one entry of status.members.

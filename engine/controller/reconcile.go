@@ -86,7 +86,14 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	// The claims are the cache's before anything else: a StatefulSet deleted right after must not
 	// take them (an informer lookup when they already are).
 	claimsErr := c.ownClaims(ctx, mc)
-	inputs, epoch := cacheInputs(mc, view.Observed, view.Primary, restorePhase), c.differ.DefaultsEpoch()
+	// A sharded cache keeps the shards a scale-in empties until they hold nothing, then removes them.
+	renderSpec, shardSets := spec, 0
+	if spec.Sharded() {
+		shardSets = c.shardSets(mc, spec, view)
+		renderSpec.Shards = int64(shardSets)
+		claimsErr = errors.Join(claimsErr, c.removeDrainedShards(ctx, mc, shardSets))
+	}
+	inputs, epoch := cacheInputs(mc, view.Observed, view.Primary, restorePhase, shardSets), c.differ.DefaultsEpoch()
 	if pass, ok := c.verified.get(key); ok && c.stillVerified(pass, inputs, epoch) {
 		// Nothing the last verdict read has changed: every child is still as wanted.
 		return errors.Join(claimsErr, c.statusOfVerified(ctx, mc, spec, pass, view, viewOK))
@@ -103,7 +110,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	}
 	auth := authd.Auth
 	auth.TLS = tlsd.Data
-	desired, err := c.renderer.Children(mc, spec, c.opts.Render, auth)
+	desired, err := c.renderer.Children(mc, renderSpec, c.opts.Render, auth)
 	if err != nil {
 		c.recorder.Eventf(mc, corev1.EventTypeWarning, api.ReasonRenderFailed, "Rendering templates failed: %v", err)
 		return c.writeStatus(ctx, mc, status.Invalid(mc, api.ReasonRenderFailed, err.Error()))

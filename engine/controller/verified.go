@@ -94,9 +94,10 @@ func (c *Controller) stillVerified(pass verifiedPass, inputs, epoch uint64) bool
 }
 
 // cacheInputs digests what rendering and the drift check read of a cache besides its children.
-func cacheInputs(mc metav1.Object, observed bool, primary, restore string) uint64 {
+func cacheInputs(mc metav1.Object, observed bool, primary, restore string, shardSets int) uint64 {
 	h := fnv.New64a()
-	informers.WriteFields(h, string(mc.GetUID()), strconv.FormatInt(mc.GetGeneration(), 10), strconv.FormatBool(observed), primary, restore)
+	informers.WriteFields(h, string(mc.GetUID()), strconv.FormatInt(mc.GetGeneration(), 10), strconv.FormatBool(observed), primary, restore,
+		strconv.Itoa(shardSets))
 	informers.WriteMap(h, mc.GetLabels())
 	informers.WriteMap(h, mc.GetAnnotations())
 	informers.WriteFields(h, mc.GetFinalizers()...)

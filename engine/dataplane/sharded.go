@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 
@@ -60,11 +61,14 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 	pass := shardpass.Pass{
 		Client:      func(m shardpass.Member) *redis.Client { return c.memberClient(pods[m.Name], cred) },
 		MigrateUser: api.InternalUser, MigratePassword: cred.Internal,
+		MoveFor: reshardBudget,
 	}
 	res, err := pass.Run(ctx, members, shards.Spec{Shards: int(spec.Shards), PerShard: int(spec.Replicas)})
 	for _, s := range res.Seen {
 		metrics.MemberObserved(s.Err)
 	}
+	metrics.Moved(res.SlotsMoved, res.KeysMoved)
+	c.reportReshard(mc, key, spec, res)
 	logger.V(3).Info("Sharded member pass", "steps", res.Steps, "whole", res.Whole, "err", err)
 	for _, s := range res.Seen {
 		if s.Err != nil {
@@ -92,10 +96,49 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 	switch {
 	case res.Whole:
 		return c.opts.Poll, nil
+	case res.Paced:
+		return reshardPause, nil // the moves go on after a pause
 	case len(res.Steps) > 0 && res.Steps[0].Kind != shards.Wait:
 		return 200 * time.Millisecond, nil // verify what was done, once gossip has spread it
 	}
 	return min(c.opts.Poll, 500*time.Millisecond), nil // gossip, or a member coming up
+}
+
+// A reshard moves slots for reshardBudget per pass, then pauses reshardPause: its passes yield
+// the member worker to other caches, read the members again each time, and leave the primaries
+// a tenth of the time with no MIGRATE at all.
+const (
+	reshardBudget = time.Second
+	reshardPause  = 100 * time.Millisecond
+)
+
+// reportReshard emits the Events of a reshard: when its first pass finds slots to move (or, for a
+// reshard the status already shows, when this process takes it over), and when none is left.
+func (c *Controller) reportReshard(mc *unstructured.Unstructured, key string, spec api.Spec, res shardpass.Result) {
+	mem := c.store.mem(key)
+	mem.reshard.slots += res.SlotsMoved
+	mem.reshard.keys += res.KeysMoved
+	if !res.SlotsKnown {
+		return
+	}
+	switch {
+	case !mem.reshard.running && res.SlotsToMove+res.SlotsMoved > 0:
+		mem.reshard = reshardMemory{running: true, since: time.Now(), slots: res.SlotsMoved, keys: res.KeysMoved}
+		if r := api.ReshardOf(mc); r != nil && r.Shards == spec.Shards {
+			c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventReshardStarted,
+				"Going on with the reshard to %d shards after a restart of the operator: %d slots to move (%d moved before)",
+				spec.Shards, res.SlotsToMove+res.SlotsMoved, r.SlotsMoved)
+			return
+		}
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventReshardStarted, "Moving %d slots with their keys to reach %d shards",
+			res.SlotsToMove+res.SlotsMoved, spec.Shards)
+	case mem.reshard.running && res.SlotsToMove == 0:
+		took := time.Since(mem.reshard.since)
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventReshardCompleted,
+			"Every shard of %d serves its share of the slots: %d slots and %d keys moved in %.1fs", spec.Shards,
+			mem.reshard.slots, mem.reshard.keys, took.Seconds())
+		mem.reshard = reshardMemory{}
+	}
 }
 
 // keepSettings gives every member that answered the Secret's credentials and the ConfigMap's
@@ -145,7 +188,8 @@ func (c *Controller) keepSettings(ctx context.Context, ns, name, key string, res
 // shardedView is what a pass of a sharded cache found: each member's role (primary: it serves
 // slots), whether the cluster is whole, and if not, the phase it needs or what it waits for.
 func shardedView(res shardpass.Result, err error) api.MembersView {
-	v := api.MembersView{Observed: true, ClusterWhole: res.Whole && err == nil}
+	v := api.MembersView{Observed: true, ClusterWhole: res.Serving && err == nil, SlotsToMove: int64(res.SlotsToMove),
+		SlotsKnown: res.SlotsKnown, Drained: res.Drained}
 	for _, s := range res.Seen {
 		ms := api.MemberStatus{Name: s.Name, Role: api.RoleReplica}
 		switch {
@@ -161,7 +205,7 @@ func shardedView(res shardpass.Result, err error) api.MembersView {
 		v.Refused = err.Error()
 	}
 	if v.ClusterWhole {
-		return v
+		return v // a reshard's moves are the Resharding condition's, not a degradation
 	}
 	v.Degraded = api.ReasonClusterIncomplete
 	switch {

@@ -12,7 +12,7 @@ import (
 )
 
 // What a sharded cache's pass publishes: each member's role (unknown when it does not answer),
-// whole only when the pass found nothing to do and no error, and otherwise the phase it carried
+// whole only when the pass found nothing to do but a reshard's moves and no error, and otherwise the phase it carried
 // out, what it waits for, the error, or the members whose cluster is not ok.
 func TestShardedView(t *testing.T) {
 	seen := func(name string, primary bool, state string, err error) shardpass.Seen {
@@ -27,12 +27,14 @@ func TestShardedView(t *testing.T) {
 		message string
 		roles   string
 	}{
-		{"whole", shardpass.Result{Seen: ok, Whole: true}, nil, true, "", "c-s0-0=primary c-s0-1=replica c-s1-0=primary"},
+		{"whole", shardpass.Result{Seen: ok, Whole: true, Serving: true}, nil, true, "", "c-s0-0=primary c-s0-1=replica c-s1-0=primary"},
+		{"a reshard's moves: whole but for its layout, not degraded", shardpass.Result{Seen: ok, Serving: true, SlotsToMove: 100, SlotsKnown: true,
+			Steps: []shards.Step{{Kind: shards.Move, Member: "c-s0-0", Target: "c-s1-0", Reshard: true}}}, nil, true, "", ""},
 		{"a member down", shardpass.Result{Seen: []shardpass.Seen{seen("c-s0-0", true, "ok", nil), seen("c-s0-1", false, "", errors.New("i/o timeout"))},
 			Steps: []shards.Step{{Kind: shards.Wait, Why: "waiting for c-s0-1 to answer"}}}, nil, false, "waiting for c-s0-1 to answer", "c-s0-0=primary c-s0-1=unknown"},
 		{"a phase carried out", shardpass.Result{Seen: ok, Steps: []shards.Step{{Kind: shards.Replicate, Member: "c-s0-1", Target: "c-s0-0"}}}, nil, false,
 			"Replicate c-s0-1 → c-s0-0", ""},
-		{"a step failed", shardpass.Result{Seen: ok, Whole: true}, errors.New("CLUSTER MEET: connection refused"), false, "CLUSTER MEET: connection refused", ""},
+		{"a step failed", shardpass.Result{Seen: ok, Whole: true, Serving: true}, errors.New("CLUSTER MEET: connection refused"), false, "CLUSTER MEET: connection refused", ""},
 		{"nothing to do, a member not ok", shardpass.Result{Seen: []shardpass.Seen{seen("c-s0-0", true, "fail", nil)}}, nil, false, "cluster_state is not ok on c-s0-0", ""},
 	} {
 		v := shardedView(tc.res, tc.err)

@@ -15,8 +15,17 @@ import (
 	"example.com/cache-operator/engine/roles"
 )
 
+// reshardMemory is a reshard this process follows: since when, and the slots and keys it moved.
+type reshardMemory struct {
+	running     bool
+	since       time.Time
+	slots, keys int
+}
+
 // roleMemory is what a member pass keeps of a cache between passes.
 type roleMemory struct {
+	// reshard follows a sharded cache's reshard, for its Events.
+	reshard           reshardMemory
 	unhealthySince    time.Time
 	lastPrimaryOffset int64
 	// lastPrimaryHistory is the replication ID of the last healthy primary seen; lastPrimary its

@@ -210,6 +210,23 @@ var (
 	}, []string{"namespace", "cache"})
 )
 
+var (
+	slotsMoved = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cache_operator_reshard_slots_moved_total",
+		Help: "Hash slots sharded caches' reshards moved from one shard to another.",
+	})
+	keysMoved = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cache_operator_reshard_keys_moved_total",
+		Help: "Keys sharded caches' reshards moved with their slots (MIGRATE).",
+	})
+)
+
+// Moved records slots and keys a reshard moved.
+func Moved(slots, keys int) {
+	slotsMoved.Add(float64(slots))
+	keysMoved.Add(float64(keys))
+}
+
 // DataLost records that every member of the cache ns/name came back empty, after it held keys.
 func DataLost(ns, name string, keys int64) {
 	dataLost.WithLabelValues(ns, name).Inc()
@@ -224,7 +241,7 @@ func DataReset(keys int64) {
 
 func init() {
 	register(memberPolls, failovers, failoverDuration, liveSettings, writesDiscarded, writesDiscardedUnmeasured, dataResets, dataResetKeys,
-		dataLost, dataLostKeys)
+		dataLost, dataLostKeys, slotsMoved, keysMoved)
 }
 
 // WritesDiscarded records bytes of writes a deposed primary took that the primary never had.

@@ -32,6 +32,7 @@ func Changes(old, cur api.Status) []string {
 		{"restore", reflect.DeepEqual(old.Restore, cur.Restore)},
 		{"lastFailover", reflect.DeepEqual(old.LastFailover, cur.LastFailover)},
 		{"hibernation", reflect.DeepEqual(old.Hibernation, cur.Hibernation)},
+		{"reshard", reflect.DeepEqual(old.Reshard, cur.Reshard)},
 	} {
 		if !f.same {
 			out = append(out, f.name)

@@ -100,6 +100,7 @@ func New(mc *unstructured.Unstructured, spec api.Spec, clusterDomain string, o O
 	if failReason == "" {
 		applyHibernation(&s, spec, lastPrimary, gen, running, time.Now())
 	}
+	applyReshard(&s, mc.GetName(), spec, o, gen, time.Now())
 	return s
 }
 

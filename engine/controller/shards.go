@@ -1,0 +1,109 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+
+	"example.com/cache-operator/engine/api"
+	"example.com/cache-operator/engine/informers"
+)
+
+var (
+	pdbGVK    = schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: "PodDisruptionBudget"}
+	pdbGVR    = schema.GroupVersionResource{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}
+	claimsGVR = informers.Claims
+)
+
+// shardSets returns how many shard StatefulSets a sharded cache keeps rendered: spec.shards, and
+// past it every shard up to the last that still has a StatefulSet or a member pod and that the
+// member pass has not found drained (every member read, no slot, no key). A shard being emptied
+// by a reshard keeps its children whole meanwhile (a StatefulSet deleted by hand comes back with
+// its claims, as any child does); only a drained shard is removed (removeDrainedShards).
+func (c *Controller) shardSets(mc *unstructured.Unstructured, spec api.Spec, view api.MembersView) int {
+	keep := int(spec.Shards)
+	ns, name := mc.GetNamespace(), mc.GetName()
+	present := map[int]bool{}
+	for i := keep; i < api.MaxShards; i++ {
+		if sts, _ := c.child(informers.StatefulSet, ns, api.ShardSetName(name, i)); sts != nil {
+			present[i] = true
+		}
+	}
+	for _, p := range c.informers.MemberPods(ns, name) {
+		if shard, _, ok := api.ShardMemberOf(name, p.Name); ok && shard >= keep {
+			present[shard] = true
+		}
+	}
+	for shard := range present {
+		if !(view.Observed && slices.Contains(view.Drained, shard)) {
+			keep = max(keep, shard+1)
+		}
+	}
+	return keep
+}
+
+// removeDrainedShards deletes the children of the shards at keep and past it (drained: see
+// shardSets): the StatefulSet and the disruption budget first, then, once no pod of the shard is
+// left, its volume claims, which hold no key. The cluster then forgets the shard's nodes (the
+// member pass's forget phase).
+func (c *Controller) removeDrainedShards(ctx context.Context, mc *unstructured.Unstructured, keep int) error {
+	ns, name := mc.GetNamespace(), mc.GetName()
+	pods := map[int]int{}
+	for _, p := range c.informers.MemberPods(ns, name) {
+		if shard, _, ok := api.ShardMemberOf(name, p.Name); ok {
+			pods[shard]++
+		}
+	}
+	var errs []error
+	for i := keep; i < api.MaxShards; i++ {
+		set := api.ShardSetName(name, i)
+		for _, k := range []struct {
+			gvk schema.GroupVersionKind
+			gvr schema.GroupVersionResource
+		}{{informers.StatefulSet, informers.StatefulSets}, {pdbGVK, pdbGVR}} {
+			obj, _ := c.child(k.gvk, ns, set)
+			if obj == nil || !metav1.IsControlledBy(obj, mc) {
+				continue
+			}
+			uid := obj.GetUID()
+			err := c.client.Resource(k.gvr).Namespace(ns).Delete(ctx, set, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+				continue
+			}
+			klog.FromContext(ctx).Info("Removed a drained shard's child", "kind", k.gvk.Kind, "name", set)
+			if k.gvk == informers.StatefulSet {
+				c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventShardRemoved,
+					"Shard %d serves no slot and holds no key: its StatefulSet %s and disruption budget are deleted, its claims follow once its pods are gone", i, set)
+			}
+		}
+		if pods[i] > 0 {
+			continue
+		}
+		if sts, _ := c.child(informers.StatefulSet, ns, set); sts != nil {
+			continue
+		}
+		for _, claim := range c.informers.CacheClaims(ns, name) {
+			if claim.Labels[api.LabelShard] != strconv.Itoa(i) || claim.DeletionTimestamp != nil {
+				continue
+			}
+			uid := claim.UID
+			err := c.client.Resource(claimsGVR).Namespace(ns).Delete(ctx, claim.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("deleting the claim %s of the removed shard %d: %w", claim.Name, i, err))
+				continue
+			}
+			klog.FromContext(ctx).Info("Deleted a removed shard's volume claim", "claim", claim.Name)
+		}
+	}
+	return errors.Join(errs...)
+}
