@@ -34,9 +34,10 @@ type writer struct {
 }
 
 type writeEvent struct {
-	at  time.Time
-	ok  bool
-	err string
+	at   time.Time
+	ok   bool
+	err  string
+	took time.Duration // from the write's start to its answer (the cluster writer's)
 }
 
 func startWriter(t *testing.T, addr, pw string, maxWrites int, maxTime time.Duration) *writer {

@@ -59,12 +59,15 @@ func (e Endpoint) clientConfig(path string, caBundle []byte) admissionregistrati
 // engine name and no shards, so the CRD cannot check them: they are in that annotation).
 // Everything else (v2 creates, finalizer and other annotation changes, scaling up) never calls it,
 // so those keep working while the operator is down (v1 needs it anyway, for conversion). (A
-// schedule, and adding or removing spec.shards in v2, are judged by the CRD.)
+// schedule, and adding or removing spec.shards in v2, are judged by the CRD; a v2 change of
+// spec.shards calls it only while status.reshard shows a reshard running, which it refuses.)
 const matchCondition = `request.operation == 'CREATE' ? request.kind.version == 'v1' : has(request.subResource) && request.subResource == 'scale' ? object.spec.replicas < oldObject.spec.replicas : (
   (request.kind.version == 'v1' &&
     (has(object.metadata.annotations) && '` + conversion.SpecAnnotation + `' in object.metadata.annotations ? object.metadata.annotations['` + conversion.SpecAnnotation + `'] : '') !=
     (has(oldObject.metadata.annotations) && '` + conversion.SpecAnnotation + `' in oldObject.metadata.annotations ? oldObject.metadata.annotations['` + conversion.SpecAnnotation + `'] : '')) ||
   (has(object.spec.size) && has(oldObject.spec.size) && object.spec.size < oldObject.spec.size) ||
+  (has(object.spec.shards) && has(oldObject.spec.shards) && object.spec.shards != oldObject.spec.shards &&
+    has(oldObject.status) && has(oldObject.status.reshard)) ||
   (has(object.spec.replicas) && has(oldObject.spec.replicas) && object.spec.replicas < oldObject.spec.replicas) ||
   (has(object.spec.version) && has(oldObject.spec.version) && object.spec.version != oldObject.spec.version) ||
   (has(object.spec.engine) && has(oldObject.spec.engine) && has(object.spec.engine.version) &&
