@@ -26,7 +26,7 @@ var unobservable = func() map[string]string {
 	m := map[string]string{
 		"cache.example.com/managedcaches/finalizers update": "checked by the OwnerReferencesPermissionEnforcement admission plugin " +
 			"(when enabled) because children set blockOwnerDeletion; it is an authorization check, not a request",
-		"/persistentvolumeclaims delete": "only the removal of a shard a scale-in emptied deletes claims: seen as the ServiceAccount in TestShardedCacheReshards",
+		"/persistentvolumeclaims delete":     "only the removal of a shard a scale-in emptied deletes claims: seen as the ServiceAccount in TestShardedCacheReshards",
 		"policy/poddisruptionbudgets delete": "only the removal of a shard a scale-in emptied deletes a budget: seen as the ServiceAccount in TestShardedCacheReshards",
 	}
 	// client-go 1.37 informers fill their caches with a streaming watch (WatchListClient); they

@@ -323,4 +323,3 @@ func checkFill(t *testing.T, cc *redis.ClusterClient, n, size int) int {
 	}
 	return bad
 }
-
