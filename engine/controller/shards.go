@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -86,15 +87,14 @@ func (c *Controller) removeDrainedShards(ctx context.Context, mc *unstructured.U
 					"Shard %d serves no slot and holds no key: its StatefulSet %s and disruption budget are deleted, its claims follow once its pods are gone", i, set)
 			}
 		}
-		if pods[i] > 0 {
-			continue
-		}
-		if sts, _ := c.child(informers.StatefulSet, ns, set); sts != nil {
-			continue
-		}
 		for _, claim := range c.informers.CacheClaims(ns, name) {
 			if claim.Labels[api.LabelShard] != strconv.Itoa(i) || claim.DeletionTimestamp != nil {
 				continue
+			}
+			if sts, _ := c.child(informers.StatefulSet, ns, set); sts != nil || pods[i] > 0 {
+				// Its pods are still stopping (no event of theirs reaches this loop): look again.
+				c.queue.AddAfter(ns+"/"+name, 2*time.Second)
+				break
 			}
 			uid := claim.UID
 			err := c.client.Resource(claimsGVR).Namespace(ns).Delete(ctx, claim.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})

@@ -39,6 +39,11 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 			continue
 		}
 		m := shardpass.Member{Name: p.Name, Shard: shard, Ordinal: ordinal, Leaving: p.DeletionTimestamp != nil}
+		if m.Leaving && shard >= int(spec.Shards) {
+			if sts, _ := c.informers.Child(informers.StatefulSet, ns, api.ShardSetName(name, shard)); sts == nil {
+				continue // a removed shard's member stopping (removed once it held nothing): not waited for
+			}
+		}
 		if p.IP != "" {
 			if !c.dialable(p.IP) {
 				return 0, nil // outside --member-networks: nothing to read, nothing to form
