@@ -77,7 +77,10 @@ func (c *Controller) removeDrainedShards(ctx context.Context, mc *unstructured.U
 			}
 			uid := obj.GetUID()
 			err := c.client.Resource(k.gvr).Namespace(ns).Delete(ctx, set, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-			if err != nil && !apierrors.IsNotFound(err) {
+			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+				continue // gone already (the informer has not seen it yet), or made anew
+			}
+			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -98,7 +101,10 @@ func (c *Controller) removeDrainedShards(ctx context.Context, mc *unstructured.U
 			}
 			uid := claim.UID
 			err := c.client.Resource(claimsGVR).Namespace(ns).Delete(ctx, claim.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-			if err != nil && !apierrors.IsNotFound(err) {
+			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+				continue
+			}
+			if err != nil {
 				errs = append(errs, fmt.Errorf("deleting the claim %s of the removed shard %d: %w", claim.Name, i, err))
 				continue
 			}

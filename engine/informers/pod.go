@@ -72,7 +72,7 @@ func initFailure(statuses []corev1.ContainerStatus) string {
 }
 
 // podLabels are the pod labels a member pass reads.
-var podLabels = []string{api.LabelInstance, api.LabelRole, api.LabelReadWrite, api.LabelTLS, api.LabelServer, "controller-revision-hash"}
+var podLabels = []string{api.LabelInstance, api.LabelRole, api.LabelReadWrite, api.LabelTLS, api.LabelServer, api.LabelShard, "controller-revision-hash"}
 
 // podTransform is the pod informer's transform.
 func podTransform(obj interface{}) (interface{}, error) {

@@ -239,7 +239,9 @@ func (p Pass) command(ctx context.Context, s shards.Step, byName map[string]Seen
 		// Every member forgets the node, or gossip brings it back.
 		var errs []error
 		for _, m := range byName {
-			if m.Err == nil && m.View.ID != s.Target {
+			// (A replica of the node cannot forget it, "Can't forget my master": it is one of a
+			// removed shard's, stopping too, or one the replicate phase moves next.)
+			if m.Err == nil && m.View.ID != s.Target && m.View.PrimaryID != s.Target {
 				if _, known := m.View.Known[s.Target]; known {
 					errs = append(errs, member.ForgetNode(ctx, p.Client(m.Member), s.Target))
 				}
