@@ -132,7 +132,8 @@ func TestShardedCacheReshards(t *testing.T) {
 		t.Errorf("acknowledged writes lost: %v", lost[:min(len(lost), 10)])
 	}
 	if len(failures) > 0 {
-		t.Errorf("writes failed during the reshards (a cluster client should see only the redirections it follows): %v", failures)
+		t.Errorf("writes failed during the reshards (a cluster client should see only the redirections it follows): %v; when: %s",
+			failures, w.failedAt(map[string]time.Time{"3 → 4": t0, "4 → 3": t1}))
 	}
 	if bad := checkFill(t, cc, filled, size); bad > 0 {
 		t.Errorf("%d of the %d filled keys missing or changed after the reshards", bad, filled)

@@ -521,6 +521,34 @@ func (w *clusterWriter) failures() map[string]int {
 	return out
 }
 
+// failedAt lists the failed writes' times, each after the latest of marks it follows ("+1.2s
+// after 3 → 4").
+func (w *clusterWriter) failedAt(marks map[string]time.Time) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, evs := range w.events {
+		for _, ev := range evs {
+			if ev.ok {
+				continue
+			}
+			name, at := "the start", time.Time{}
+			for n, m := range marks {
+				if !ev.at.Before(m) && m.After(at) {
+					name, at = n, m
+				}
+			}
+			if at.IsZero() {
+				out = append(out, ev.at.Format("15:04:05.000"))
+				continue
+			}
+			out = append(out, fmt.Sprintf("+%.1fs after %s", ev.at.Sub(at).Seconds(), name))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
+
 // lost reads every acknowledged write back (GETs in pipelines, which the cluster client splits by
 // shard) and returns those missing or wrong, and how many were acknowledged.
 func (w *clusterWriter) lost(t *testing.T, cc *redis.ClusterClient) ([]int, int) {

@@ -89,9 +89,10 @@ type MembersView struct {
 	// (every member answered).
 	SlotsToMove int64
 	SlotsKnown  bool
-	// Drained lists the shards past spec.shards that serve no slot and hold no key, every member
-	// read: their StatefulSets can go.
-	Drained []int
+	// RetiredEmpty, for a sharded cache: every member read, no node but the members of the shards
+	// below spec.shards serves a slot, and the others hold no key: the shards past spec.shards
+	// (their StatefulSets, budgets and claims) can go.
+	RetiredEmpty bool
 }
 
 // ReshardStatus is status.reshard: set while a sharded cache's slots move to reach spec.shards.

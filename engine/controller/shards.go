@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -25,34 +24,37 @@ var (
 	claimsGVR = informers.Claims
 )
 
-// shardSets returns how many shard StatefulSets a sharded cache keeps rendered: spec.shards, and
-// past it every shard up to the last that still has a StatefulSet or a member pod and that the
-// member pass has not found drained (every member read, no slot, no key). A shard being emptied
-// by a reshard keeps its children whole meanwhile (a StatefulSet deleted by hand comes back with
-// its claims, as any child does); only a drained shard is removed (removeDrainedShards).
+// shardSets returns how many shard StatefulSets a sharded cache keeps rendered: spec.shards, and,
+// unless the member pass found the shards past it empty (api.MembersView.RetiredEmpty: no slot
+// served but by the shards below, no key held past them), every shard up to the last that still
+// has a StatefulSet, a pod or a claim. A shard being emptied by a reshard keeps its children whole
+// meanwhile (a StatefulSet deleted by hand comes back with its claims, as any child does); the
+// shards past spec.shards are removed only once empty (removeDrainedShards).
 func (c *Controller) shardSets(mc *unstructured.Unstructured, spec api.Spec, view api.MembersView) int {
 	keep := int(spec.Shards)
+	if view.Observed && view.RetiredEmpty {
+		return keep
+	}
 	ns, name := mc.GetNamespace(), mc.GetName()
-	present := map[int]bool{}
 	for i := keep; i < api.MaxShards; i++ {
 		if sts, _ := c.child(informers.StatefulSet, ns, api.ShardSetName(name, i)); sts != nil {
-			present[i] = true
+			keep = i + 1
 		}
 	}
 	for _, p := range c.informers.MemberPods(ns, name) {
 		if shard, _, ok := api.ShardMemberOf(name, p.Name); ok && shard >= keep {
-			present[shard] = true
+			keep = shard + 1
 		}
 	}
-	for shard := range present {
-		if !(view.Observed && slices.Contains(view.Drained, shard)) {
-			keep = max(keep, shard+1)
+	for _, claim := range c.informers.CacheClaims(ns, name) {
+		if shard, err := strconv.Atoi(claim.Labels[api.LabelShard]); err == nil && shard >= keep && shard < api.MaxShards {
+			keep = shard + 1
 		}
 	}
 	return keep
 }
 
-// removeDrainedShards deletes the children of the shards at keep and past it (drained: see
+// removeDrainedShards deletes the children of the shards at keep and past it (empty: see
 // shardSets): the StatefulSet and the disruption budget first, then, once no pod of the shard is
 // left, its volume claims, which hold no key. The cluster then forgets the shard's nodes (the
 // member pass's forget phase).

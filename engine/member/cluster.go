@@ -224,14 +224,3 @@ func MoveSlot(ctx context.Context, src, dst *redis.Client, srcID, dstID, dstAddr
 	}
 	return moved, nil
 }
-
-// KeyCount is how many keys the member holds (INFO keyspace).
-func KeyCount(ctx context.Context, c *redis.Client) (int64, error) {
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	info, err := c.Info(ctx, "keyspace").Result()
-	if err != nil {
-		return 0, fmt.Errorf("member %s: INFO keyspace: %w", c.Options().Addr, err)
-	}
-	return ParseKeys(info), nil
-}

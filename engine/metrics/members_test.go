@@ -151,3 +151,29 @@ func TestNames(t *testing.T) {
 		}
 	}
 }
+
+// A sharded cache's members carry their shard, its cluster has its two series, and a
+// primary/replica cache's series keep their labels.
+func TestShardedSeries(t *testing.T) {
+	sharded := sampleCache("shop", "orders", 2, false)
+	for i := range sharded.Members {
+		sharded.Members[i].Shard = "1"
+	}
+	sharded.Cluster = &ClusterSample{StateOK: true, SlotsServed: 16384}
+	text, _ := gatherText(t, sharded, sampleCache("shop", "sessions", 3, false))
+	for _, line := range []string{
+		`cache_operator_member_up{cache="orders",member="orders-1",namespace="shop",shard="1"} 1`,
+		`cache_operator_member_role{cache="orders",member="orders-0",namespace="shop",role="primary",shard="1"} 1`,
+		`cache_operator_member_link_up{cache="orders",member="orders-1",namespace="shop",shard="1"} 1`,
+		`cache_operator_cluster_state_ok{cache="orders",namespace="shop"} 1`,
+		`cache_operator_cluster_slots_served{cache="orders",namespace="shop"} 16384`,
+		`cache_operator_member_up{cache="sessions",member="sessions-2",namespace="shop"} 1`,
+	} {
+		if !strings.Contains(text, line+"\n") {
+			t.Errorf("no line %q in:\n%s", line, text)
+		}
+	}
+	if strings.Contains(text, `cache_operator_cluster_state_ok{cache="sessions"`) {
+		t.Error("a primary/replica cache has a cluster series")
+	}
+}

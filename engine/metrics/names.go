@@ -29,12 +29,15 @@ var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 // _count to its name.
 func Names() []string {
 	registeredMu.Lock()
-	cs := append(slices.Clone(registered), fleetCollector{}, memberCollector{})
+	cs := append(slices.Clone(registered), fleetCollector{})
 	registeredMu.Unlock()
 	ch := make(chan *prometheus.Desc)
 	go func() {
 		for _, c := range cs {
 			c.Describe(ch)
+		}
+		for _, d := range memberDescs() { // an unchecked collector's
+			ch <- d
 		}
 		close(ch)
 	}()

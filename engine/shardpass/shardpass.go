@@ -1,6 +1,7 @@
 // Package shardpass is a sharded cache's member pass: it reads each member's view of the cluster
-// (CLUSTER NODES and INFO, and its keys in any slot left open), asks shards.Decide what the cluster
-// needs next, and carries out that one phase with the member package's cluster commands. It decides
+// (CLUSTER NODES, CLUSTER INFO and INFO, and its keys in any slot left open), asks shards.Decide
+// what the cluster needs next, and carries out that one phase with the member package's cluster
+// commands. It decides
 // nothing itself and reads no Kubernetes object: the caller gives it the members (from their pods)
 // and a client for each, and takes back what it saw (each member's role, the cluster's state) for
 // the labels, the status and the metrics. The next pass, after gossip has spread the change, reads
@@ -37,8 +38,9 @@ type Member struct {
 type Seen struct {
 	Member
 	View member.ClusterView
-	// Keys is how many keys it holds, read for the members of shards past the spec's (a shard
-	// being removed) only.
+	// Repl is its INFO (replication, keyspace, memory, stats, clients: the metrics' figures), and
+	// Keys its keys (what tells a drained shard).
+	Repl member.Replication
 	Keys int64
 	// Err: its server did not answer (View is empty).
 	Err error
@@ -63,9 +65,10 @@ type Result struct {
 	SlotsKnown  bool
 	// Paced: the pass stopped its moves at Pass.MoveFor; the next one goes on.
 	Paced bool
-	// Drained lists the shards past the spec's whose every member (PerShard of them) answered,
-	// serves no slot and holds no key: they can be removed.
-	Drained []int
+	// RetiredEmpty: every member answered, no slot is served by any node but the members of the
+	// shards below spec.Shards (as every member sees the cluster: a node gone, still listed with
+	// slots, counts), and the members of the shards past it hold no key: those shards can go.
+	RetiredEmpty bool
 }
 
 // Pass runs the passes of one cache.
@@ -87,7 +90,7 @@ type Pass struct {
 // there; its error is returned with what was seen (the next pass starts again from what the
 // members then say).
 func (p Pass) Run(ctx context.Context, members []Member, spec shards.Spec) (Result, error) {
-	seen := p.observe(ctx, members, spec)
+	seen := p.observe(ctx, members)
 	nodes := p.nodes(ctx, seen)
 	res := Result{Seen: seen, Steps: shards.Decide(nodes, spec), SlotsKnown: true}
 	ok := true
@@ -98,7 +101,7 @@ func (p Pass) Run(ctx context.Context, members []Member, spec shards.Spec) (Resu
 	if res.SlotsKnown {
 		res.SlotsToMove = shards.Misplaced(nodes, spec)
 	}
-	res.Drained = drained(seen, spec)
+	res.RetiredEmpty = res.SlotsKnown && retiredEmpty(seen, spec)
 	res.Whole = ok && len(res.Steps) == 0
 	res.Serving = ok && (len(res.Steps) == 0 || shards.Resharding(res.Steps))
 	if len(res.Steps) == 0 {
@@ -133,33 +136,30 @@ func (p Pass) Run(ctx context.Context, members []Member, spec shards.Spec) (Resu
 // errPaced stops a phase at Pass.MoveFor.
 var errPaced = errors.New("the pass's time for moves is spent")
 
-// drained returns the shards past spec.Shards whose every member answered, serves no slot and
-// holds no key.
-func drained(seen []Seen, spec shards.Spec) []int {
-	count, empty := map[int]int{}, map[int]bool{}
+// retiredEmpty reports whether only the members of the shards below spec.Shards serve slots, in
+// every member's view, and the others hold no key.
+func retiredEmpty(seen []Seen, spec shards.Spec) bool {
+	kept := map[string]bool{}
 	for _, s := range seen {
 		if s.Shard < spec.Shards {
-			continue
-		}
-		if _, ok := empty[s.Shard]; !ok {
-			empty[s.Shard] = true
-		}
-		count[s.Shard]++
-		empty[s.Shard] = empty[s.Shard] && s.Err == nil && len(s.View.Slots) == 0 && s.Keys == 0
-	}
-	var out []int
-	for shard, e := range empty {
-		if e && count[shard] >= spec.PerShard {
-			out = append(out, shard)
+			kept[s.View.ID] = true
 		}
 	}
-	sort.Ints(out)
-	return out
+	for _, s := range seen {
+		if s.Shard >= spec.Shards && (len(s.View.Slots) > 0 || s.Keys > 0) {
+			return false
+		}
+		for id, serving := range s.View.Serving {
+			if serving && !kept[id] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
-// observe reads every member with an address at once (and the keys of those of shards past
-// spec.Shards).
-func (p Pass) observe(ctx context.Context, members []Member, spec shards.Spec) []Seen {
+// observe reads every member with an address at once: its view of the cluster and its INFO.
+func (p Pass) observe(ctx context.Context, members []Member) []Seen {
 	seen := make([]Seen, len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {
@@ -172,8 +172,9 @@ func (p Pass) observe(ctx context.Context, members []Member, spec shards.Spec) [
 		go func(s *Seen) {
 			defer wg.Done()
 			s.View, s.Err = member.ObserveCluster(ctx, p.Client(s.Member))
-			if s.Err == nil && s.Shard >= spec.Shards {
-				s.Keys, s.Err = member.KeyCount(ctx, p.Client(s.Member))
+			if s.Err == nil {
+				s.Repl, s.Err = member.ObserveWith(ctx, p.Client(s.Member))
+				s.Keys = s.Repl.Keys
 			}
 		}(&seen[i])
 	}
