@@ -89,6 +89,10 @@ type MembersView struct {
 	// (every member answered).
 	SlotsToMove int64
 	SlotsKnown  bool
+	// Shards is the spec.shards the pass judged the cluster against: SlotsToMove and
+	// RetiredEmpty hold for that count only (a view from before a change of spec.shards says
+	// nothing of the new one).
+	Shards int64
 	// RetiredEmpty, for a sharded cache: every member read, no node but the members of the shards
 	// below spec.shards serves a slot, and the others hold no key: the shards past spec.shards
 	// (their StatefulSets, budgets and claims) can go.

@@ -25,14 +25,16 @@ var (
 )
 
 // shardSets returns how many shard StatefulSets a sharded cache keeps rendered: spec.shards, and,
-// unless the member pass found the shards past it empty (api.MembersView.RetiredEmpty: no slot
+// unless the member pass found the shards past it empty, judging this very spec.shards (a view
+// from before a scale-in found nothing past the old count, and removed the shard it was to
+// empty: seen on the real nodes) (api.MembersView.RetiredEmpty: no slot
 // served but by the shards below, no key held past them), every shard up to the last that still
 // has a StatefulSet, a pod or a claim. A shard being emptied by a reshard keeps its children whole
 // meanwhile (a StatefulSet deleted by hand comes back with its claims, as any child does); the
 // shards past spec.shards are removed only once empty (removeDrainedShards).
 func (c *Controller) shardSets(mc *unstructured.Unstructured, spec api.Spec, view api.MembersView) int {
 	keep := int(spec.Shards)
-	if view.Observed && view.RetiredEmpty {
+	if view.Observed && view.Shards == spec.Shards && view.RetiredEmpty {
 		return keep
 	}
 	ns, name := mc.GetNamespace(), mc.GetName()

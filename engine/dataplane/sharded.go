@@ -91,6 +91,7 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 		}
 	}
 	view := shardedView(res, err)
+	view.Shards = spec.Shards
 	c.keepSettings(ctx, ns, name, key, res, pods, cred, &view)
 	c.publish(key, view)
 	c.store.setSample(key, shardedSample(ns, name, res), true)

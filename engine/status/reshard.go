@@ -15,7 +15,8 @@ import (
 // while the member pass counts slots to move or a shard's StatefulSet past spec.shards is still
 // there. The slots moved are counted from the first count of the reshard (those to move then,
 // kept as moved + to move), so that the figure survives an operator restart and reads the same
-// in every pass. A pass that could not count (a member did not answer) changes nothing.
+// in every pass. A pass that could not count (a member did not answer), or counted against
+// another spec.shards (before a change), changes nothing.
 func applyReshard(s *api.Status, name string, spec api.Spec, o Observed, gen int64, now time.Time) {
 	if !spec.Sharded() {
 		s.Reshard = nil
@@ -31,7 +32,7 @@ func applyReshard(s *api.Status, name string, spec api.Spec, o Observed, gen int
 			retiring = append(retiring, fmt.Sprint(shard))
 		}
 	}
-	if !o.ViewOK || !o.View.SlotsKnown {
+	if !o.ViewOK || !o.View.SlotsKnown || o.View.Shards != spec.Shards {
 		return
 	}
 	toMove := o.View.SlotsToMove

@@ -24,7 +24,7 @@ func TestApplyReshard(t *testing.T) {
 	}
 	sets := []*unstructured.Unstructured{set("c-s0"), set("c-s1"), set("c-s2"), set("c-s3")}
 	view := func(toMove int64, known bool) Observed {
-		return Observed{StatefulSets: sets, ViewOK: true, View: api.MembersView{Observed: true, SlotsToMove: toMove, SlotsKnown: known}}
+		return Observed{StatefulSets: sets, ViewOK: true, View: api.MembersView{Observed: true, SlotsToMove: toMove, SlotsKnown: known, Shards: 3}}
 	}
 	var s api.Status
 	applyReshard(&s, "c", spec, view(4096, true), 5, now)
@@ -54,8 +54,14 @@ func TestApplyReshard(t *testing.T) {
 	if s.Reshard != nil || meta.FindStatusCondition(s.Conditions, api.ConditionResharding) != nil {
 		t.Fatalf("done: %+v, %+v; want neither", s.Reshard, s.Conditions)
 	}
-	// A new target starts a new count.
+	// A view judged against another count changes nothing; a new target starts a new count.
 	applyReshard(&s, "c", api.Spec{Shards: 4, Replicas: 2}, view(4096, true), 5, now)
+	if s.Reshard != nil {
+		t.Fatalf("a view of 3 shards started a reshard to 4: %+v", s.Reshard)
+	}
+	o := view(4096, true)
+	o.View.Shards = 4
+	applyReshard(&s, "c", api.Spec{Shards: 4, Replicas: 2}, o, 5, now)
 	applyReshard(&s, "c", api.Spec{Shards: 3, Replicas: 2}, view(2000, true), 5, now)
 	if s.Reshard.Shards != 3 || s.Reshard.SlotsMoved != 0 || s.Reshard.SlotsToMove != 2000 {
 		t.Fatalf("a new target: %+v; want a new count", s.Reshard)
