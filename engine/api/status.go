@@ -123,6 +123,8 @@ type MemberStatus struct {
 	ConfigRevision string `json:"configRevision,omitempty"`
 	// PasswordRevision is the revision of the clients' password the member accepts.
 	PasswordRevision int64 `json:"passwordRevision,omitempty"`
+	// Slots, on a sharded cache's primary, is the hash slots it serves ("0-5460,16000-16383").
+	Slots string `json:"slots,omitempty"`
 }
 
 // FailoverStatus is status.lastFailover: the last time the primary changed, as the operator did it.

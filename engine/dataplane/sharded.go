@@ -241,6 +241,11 @@ func shardedView(res shardpass.Result, err error) api.MembersView {
 			ms.Role = "unknown"
 		case s.View.Primary:
 			ms.Role = api.RolePrimary
+			parts := make([]string, len(s.View.Slots))
+			for i, r := range s.View.Slots {
+				parts[i] = shards.Range{From: r[0], To: r[1]}.String()
+			}
+			ms.Slots = strings.Join(parts, ",")
 		}
 		v.Members = append(v.Members, ms)
 	}

@@ -30,9 +30,14 @@ func status(ctx context.Context, c *client, name string) error {
 	version, _, _ := unstructured.NestedString(spec, "engine", "version")
 	replicas, _, _ := unstructured.NestedInt64(spec, "replicas")
 	hibernate, _, _ := unstructured.NestedBool(spec, "hibernate")
+	shardCount, sharded, _ := unstructured.NestedInt64(spec, "shards")
 	readyStatus, readyReason, readyMessage := conditionOf(mc, api.ConditionReady)
 	w := c.out
-	fmt.Fprintf(w, "ManagedCache %s/%s: %s %s, %d replicas", ns, name, orDash(engine), orDash(version), replicas)
+	if sharded {
+		fmt.Fprintf(w, "ManagedCache %s/%s: %s %s, %d shards of %d members", ns, name, orDash(engine), orDash(version), shardCount, replicas)
+	} else {
+		fmt.Fprintf(w, "ManagedCache %s/%s: %s %s, %d replicas", ns, name, orDash(engine), orDash(version), replicas)
+	}
 	if hibernate {
 		fmt.Fprint(w, ", hibernate: true")
 	}
@@ -47,22 +52,41 @@ func status(ctx context.Context, c *client, name string) error {
 	if err != nil {
 		return err
 	}
-	roles := map[string]string{}
+	roles, slots := map[string]string{}, map[string]string{}
 	lagRounded := map[string]int64{}
 	members, _, _ := unstructured.NestedSlice(mc.Object, "status", "members")
 	for _, m := range members {
 		mm, _ := m.(map[string]interface{})
 		n, _ := mm["name"].(string)
 		roles[n], _ = mm["role"].(string)
+		slots[n], _ = mm["slots"].(string)
 		lagRounded[n], _, _ = unstructured.NestedInt64(mm, "lagBytes")
 	}
 	figs, where := c.memberFigures(ctx, ns, name)
-	sort.Slice(pods.Items, func(i, j int) bool { return ordinal(pods.Items[i].Name) < ordinal(pods.Items[j].Name) })
+	sort.Slice(pods.Items, func(i, j int) bool {
+		if sharded { // by shard, then ordinal
+			si, oi, _ := api.ShardMemberOf(name, pods.Items[i].Name)
+			sj, oj, _ := api.ShardMemberOf(name, pods.Items[j].Name)
+			return si < sj || si == sj && oi < oj
+		}
+		return ordinal(pods.Items[i].Name) < ordinal(pods.Items[j].Name)
+	})
+	if r := api.ReshardOf(mc); r != nil {
+		fmt.Fprintf(w, "Reshard: to %d shards since %s: %d slots moved, %d to move\n", r.Shards, r.Since, r.SlotsMoved, r.SlotsToMove)
+	}
 	fmt.Fprintln(w)
 	if len(pods.Items) == 0 {
 		fmt.Fprintln(w, "Members: none running")
 	} else {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		shardCols := func(string) string { return "" }
+		if sharded {
+			fmt.Fprint(tw, "SHARD\tSLOTS\t")
+			shardCols = func(pod string) string {
+				shard, _, _ := api.ShardMemberOf(name, pod)
+				return fmt.Sprintf("%d\t%s\t", shard, orDash(slots[pod]))
+			}
+		}
 		fmt.Fprintln(tw, "MEMBER\tROLE\tREADY\tLAG\tMEMORY (USED/MAX)\tKEYS\tCLIENTS\tRESTARTS\tNODE")
 		for _, p := range pods.Items {
 			role := roles[p.Name]
@@ -94,7 +118,7 @@ func status(ctx context.Context, c *client, name string) error {
 			for _, cs := range p.Status.ContainerStatuses {
 				restarts += cs.RestartCount
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\t%d\t%s\n", p.Name, orDash(role), podReady(&p), lag, memory, keys, clients, restarts, orDash(p.Spec.NodeName))
+			fmt.Fprintf(tw, "%s%s\t%s\t%v\t%s\t%s\t%s\t%s\t%d\t%s\n", shardCols(p.Name), p.Name, orDash(role), podReady(&p), lag, memory, keys, clients, restarts, orDash(p.Spec.NodeName))
 		}
 		_ = tw.Flush()
 		fmt.Fprintf(w, "(figures from %s)\n", where)
