@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -80,7 +81,8 @@ func TestShardedCacheReshards(t *testing.T) {
 	if n := slices.Min(atKill); n >= 4096 {
 		t.Fatalf("the moves were over before the kill (%v): nothing to resume", atKill)
 	}
-	startOperator(t, c, asSA...)
+	metricsAddr := freeAddr(t)
+	startOperator(t, c, append(asSA, "--metrics-bind-address="+metricsAddr)...)
 	up := waitResharded(t, c, cc, ns, name, 4, 5*time.Minute)
 	upTook := time.Since(t0)
 	if ev := waitEvent(t, c, ns, name, "Normal", api.EventReshardCompleted, time.Minute); !strings.Contains(ev, "Every shard of 4") {
@@ -122,6 +124,33 @@ func TestShardedCacheReshards(t *testing.T) {
 	saRequests(t, c, ns, since, "apps/statefulsets delete", "policy/poddisruptionbudgets delete", "/persistentvolumeclaims delete")
 	if s, r, _ := condition(t, c, ns, name, api.ConditionResharding); s != "" {
 		t.Errorf("Resharding %s/%s after the shard's removal; want no condition", s, r)
+	}
+
+	// kubectl managedcache status: the shards, each primary's slots, each member's figures from the
+	// per-member series (which carry the shard).
+	dir := pluginPath(t)
+	var out string
+	framework.Eventually(t, 30*time.Second, "kubectl managedcache status with every member's shard, slots and figures", func() (bool, string, error) {
+		out, err = kubectlPlugin(t, c, dir, "managedcache", "status", name, "-n", ns, "--metrics-url=http://"+metricsAddr+"/metrics")
+		primaries := regexp.MustCompile(`(?m)^[0-2]\s+[0-9][0-9,-]*\s+` + name + `-s[0-2]-[01]\s+primary\s+true\s`).FindAllString(out, -1)
+		return err == nil && strings.Contains(out, "3 shards of 2 members") && len(primaries) == 3 && strings.Count(out, " MiB / ") == 6,
+			fmt.Sprintf("%d primaries with slots (%v)\n%s", len(primaries), err, out), nil
+	})
+	t.Logf("kubectl managedcache status:\n%s", out)
+	fams := scrape(t, metricsAddr)
+	for _, m := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"cache_operator_cluster_state_ok", map[string]string{"namespace": ns, "cache": name}, 1},
+		{"cache_operator_cluster_slots_served", map[string]string{"namespace": ns, "cache": name}, 16384},
+		{"cache_operator_member_up", map[string]string{"namespace": ns, "cache": name, "member": name + "-s2-1", "shard": "2"}, 1},
+		{"cache_operator_member_link_up", map[string]string{"namespace": ns, "cache": name, "shard": "1"}, 1},
+	} {
+		if got := value(fams, m.name, m.labels); got != m.want {
+			t.Errorf("%s%v = %v; want %v", m.name, m.labels, got, m.want)
+		}
 	}
 
 	w.halt()

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"time"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -108,7 +110,15 @@ type ReshardStatus struct {
 	SlotsToMove int64 `json:"slotsToMove"`
 	// Since is when the operator began moving the slots (RFC 3339).
 	Since string `json:"since,omitempty"`
+	// Placed is when every slot was where it should be (RFC 3339; "" before): the shards past
+	// spec.shards are removed RetireGrace later.
+	Placed string `json:"placed,omitempty"`
 }
+
+// RetireGrace is how long the shards past spec.shards stay once every slot is placed: a client
+// whose map of the slots is older than the last move gets a redirection from them (and reads the
+// map again) rather than no answer from a member that is gone.
+const RetireGrace = 10 * time.Second
 
 // ReshardOf reads status.reshard of a cache (nil: none).
 func ReshardOf(mc *unstructured.Unstructured) *ReshardStatus {

@@ -24,18 +24,33 @@ var (
 	claimsGVR = informers.Claims
 )
 
-// shardSets returns how many shard StatefulSets a sharded cache keeps rendered: spec.shards, and,
-// unless the member pass found the shards past it empty, judging this very spec.shards (a view
-// from before a scale-in found nothing past the old count, and removed the shard it was to
-// empty: seen on the real nodes) (api.MembersView.RetiredEmpty: no slot
-// served but by the shards below, no key held past them), every shard up to the last that still
-// has a StatefulSet, a pod or a claim. A shard being emptied by a reshard keeps its children whole
-// meanwhile (a StatefulSet deleted by hand comes back with its claims, as any child does); the
-// shards past spec.shards are removed only once empty (removeDrainedShards).
+// shardSets returns how many shard StatefulSets a sharded cache keeps rendered: spec.shards, and
+// every shard past it up to the last that still has a StatefulSet, a pod or a claim, until the
+// member pass finds them empty (api.MembersView.RetiredEmpty: no slot served but by the shards
+// below, no key held past them) judging this very spec.shards (a view from before a scale-in
+// found nothing past the old count, and removed the shard it was to empty: seen on the real
+// nodes), and api.RetireGrace has passed since the status recorded every slot placed
+// (status.reshard.placed), for clients with an old map of the slots. A shard being emptied keeps
+// its children whole meanwhile (a StatefulSet deleted by hand comes back with its claims, as any
+// child does); removeDrainedShards removes the rest.
 func (c *Controller) shardSets(mc *unstructured.Unstructured, spec api.Spec, view api.MembersView) int {
 	keep := int(spec.Shards)
 	if view.Observed && view.Shards == spec.Shards && view.RetiredEmpty {
-		return keep
+		r := api.ReshardOf(mc)
+		placed, err := time.Parse(time.RFC3339, func() string {
+			if r == nil {
+				return ""
+			}
+			return r.Placed
+		}())
+		switch {
+		case r == nil:
+			return keep // no reshard: nothing past spec.shards but leftovers with no slot
+		case err == nil && time.Since(placed) >= api.RetireGrace:
+			return keep
+		case err == nil:
+			c.queue.AddAfter(mc.GetNamespace()+"/"+mc.GetName(), api.RetireGrace-time.Since(placed)+100*time.Millisecond)
+		}
 	}
 	ns, name := mc.GetNamespace(), mc.GetName()
 	for i := keep; i < api.MaxShards; i++ {

@@ -35,6 +35,11 @@ func switchover(ctx context.Context, c *client, name string) error {
 	if err != nil {
 		return err
 	}
+	if shards, sharded, _ := unstructured.NestedInt64(mc.Object, "spec", "shards"); sharded {
+		return fmt.Errorf("%s/%s is a sharded cache of %d shards, each with its own primary: switchover does not take one yet; "+
+			"to move a shard's primary, delete its pod (kubectl delete pod <member>): the operator hands its slots to a "+
+			"caught-up replica first (CLUSTER FAILOVER), losing nothing", c.ns, name, shards)
+	}
 	from := api.PrimaryOf(mc)
 	if from == "" {
 		return fmt.Errorf("%s/%s has no primary now (Ready: %s); a switchover hands over from a live primary", c.ns, name, readyLine(mc))

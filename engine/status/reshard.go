@@ -47,6 +47,12 @@ func applyReshard(s *api.Status, name string, spec api.Spec, o Observed, gen int
 	}
 	total := r.SlotsMoved + r.SlotsToMove
 	r.SlotsMoved, r.SlotsToMove = max(r.SlotsMoved, total-toMove), toMove
+	switch {
+	case toMove > 0:
+		r.Placed = ""
+	case r.Placed == "":
+		r.Placed = now.UTC().Format(time.RFC3339)
+	}
 	s.Reshard = r
 	c := metav1.Condition{Type: api.ConditionResharding, Status: metav1.ConditionTrue, ObservedGeneration: gen, Reason: api.ReasonMovingSlots,
 		Message: fmt.Sprintf("moving slots to %d shards: %d of %d moved", r.Shards, r.SlotsMoved, r.SlotsMoved+r.SlotsToMove)}

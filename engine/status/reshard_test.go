@@ -49,6 +49,9 @@ func TestApplyReshard(t *testing.T) {
 		c.Message != "every shard serves its share of the slots; removing shard 3 (no slot, no key)" {
 		t.Fatalf("slots placed, shard 3's StatefulSet still there: %+v, %+v", s.Reshard, c)
 	}
+	if s.Reshard.Placed != "2026-12-07T12:00:00Z" {
+		t.Fatalf("placed %q; want the pass that found every slot placed", s.Reshard.Placed)
+	}
 	sets = sets[:3]
 	applyReshard(&s, "c", spec, view(0, true), 5, now)
 	if s.Reshard != nil || meta.FindStatusCondition(s.Conditions, api.ConditionResharding) != nil {
