@@ -169,58 +169,105 @@ func SetSlotStable(ctx context.Context, c *redis.Client, slot int) error {
 	return clusterDo(ctx, c, "SETSLOT", slot, "STABLE")
 }
 
-// MoveSlot moves slot and its keys from the member src (node srcID) to dst (node dstID, at
-// dstAddr): dst imports, src migrates, the keys go batch at a time with MIGRATE (authenticated with
-// user and password; user "" is default), then both say dst serves the slot. A write to a key that
-// has already moved is redirected (ASK) to dst, which a cluster client follows: nothing
-// acknowledged is lost. It is safe to run again after a stop in the middle. It returns how many
-// keys moved.
-func MoveSlot(ctx context.Context, src, dst *redis.Client, srcID, dstID, dstAddr, user, password string, slot, batch int) (int, error) {
+// MoveSlots moves slots and their keys from the member src (node srcID) to dst (node dstID, at
+// dstAddr): dst imports every one, src migrates every one, the keys go batch at a time with
+// MIGRATE (authenticated with user and password; user "" is default), then dst and then src say
+// dst serves them. A write to a key that has already moved is redirected (ASK) to dst, which a
+// cluster client follows: nothing acknowledged is lost. Each step is one pipeline per member, so
+// that a server takes the step's SETSLOTs in one turn of its event loop and saves its cluster
+// configuration (nodes.conf, fsynced) once for them all, not once a slot: the saves stalled the
+// primaries' clients, slot after slot. It is safe to run again after a stop in the middle (slots
+// left open are closed the right way by the next pass). It returns how many keys moved.
+func MoveSlots(ctx context.Context, src, dst *redis.Client, srcID, dstID, dstAddr, user, password string, slots []int, batch int) (int, error) {
 	host, port, err := net.SplitHostPort(dstAddr)
 	if err != nil {
 		return 0, err
 	}
-	if err := clusterDo(ctx, dst, "SETSLOT", slot, "IMPORTING", srcID); err != nil {
+	if err := setSlots(ctx, dst, slots, "IMPORTING", srcID); err != nil {
 		return 0, err
 	}
-	if err := clusterDo(ctx, src, "SETSLOT", slot, "MIGRATING", dstID); err != nil {
+	if err := setSlots(ctx, src, slots, "MIGRATING", dstID); err != nil {
 		return 0, err
 	}
 	moved := 0
 	for {
+		// The keys still on src in every slot, batch at most per slot.
 		cctx, cancel := bounded(ctx)
-		keys, err := src.ClusterGetKeysInSlot(cctx, slot, batch).Result()
+		cmds, err := src.Pipelined(cctx, func(p redis.Pipeliner) error {
+			for _, slot := range slots {
+				p.ClusterGetKeysInSlot(cctx, slot, batch)
+			}
+			return nil
+		})
 		cancel()
 		if err != nil {
-			return moved, fmt.Errorf("member %s: CLUSTER GETKEYSINSLOT %d: %w", src.Options().Addr, slot, err)
+			return moved, fmt.Errorf("member %s: CLUSTER GETKEYSINSLOT: %w", src.Options().Addr, err)
 		}
-		if len(keys) == 0 {
+		// One MIGRATE per slot (its keys must hash to one slot), batch keys at most, in one
+		// pipeline.
+		var migrates [][]interface{}
+		for _, c := range cmds {
+			keys := c.(*redis.StringSliceCmd).Val()
+			if len(keys) == 0 {
+				continue
+			}
+			args := []interface{}{"MIGRATE", host, port, "", 0, Timeout.Milliseconds()}
+			if user != "" {
+				args = append(args, "AUTH2", user, password)
+			} else if password != "" {
+				args = append(args, "AUTH", password)
+			}
+			args = append(args, "KEYS")
+			for _, k := range keys {
+				args = append(args, k)
+			}
+			migrates = append(migrates, args)
+			moved += len(keys)
+		}
+		if len(migrates) == 0 {
 			break
 		}
-		args := []interface{}{"MIGRATE", host, port, "", 0, Timeout.Milliseconds()}
-		if user != "" {
-			args = append(args, "AUTH2", user, password)
-		} else if password != "" {
-			args = append(args, "AUTH", password)
-		}
-		args = append(args, "KEYS")
-		for _, k := range keys {
-			args = append(args, k)
-		}
 		cctx, cancel = bounded(ctx)
-		err = src.Do(cctx, args...).Err()
+		res, err := src.Pipelined(cctx, func(p redis.Pipeliner) error {
+			for _, args := range migrates {
+				p.Do(cctx, args...)
+			}
+			return nil
+		})
 		cancel()
-		if err != nil && err != redis.Nil { // NOKEY (all expired meanwhile) is not an error
-			return moved, fmt.Errorf("member %s: MIGRATE %d keys of slot %d to %s: %w", src.Options().Addr, len(keys), slot, dstAddr, err)
+		for _, r := range res {
+			if e := r.Err(); e != nil && e != redis.Nil { // NOKEY (all expired meanwhile) is not an error
+				return moved, fmt.Errorf("member %s: MIGRATE to %s: %w", src.Options().Addr, dstAddr, e)
+			}
 		}
-		moved += len(keys)
+		if err != nil && err != redis.Nil {
+			return moved, fmt.Errorf("member %s: MIGRATE to %s: %w", src.Options().Addr, dstAddr, err)
+		}
 	}
-	// The importing side first: once it owns the slot, the source's redirections point at it.
-	if err := clusterDo(ctx, dst, "SETSLOT", slot, "NODE", dstID); err != nil {
+	// The importing side first: once it owns the slots, the source's redirections point at it.
+	if err := setSlots(ctx, dst, slots, "NODE", dstID); err != nil {
 		return moved, err
 	}
-	if err := clusterDo(ctx, src, "SETSLOT", slot, "NODE", dstID); err != nil {
-		return moved, err
+	return moved, setSlots(ctx, src, slots, "NODE", dstID)
+}
+
+// setSlots runs CLUSTER SETSLOT <slot> <state> <id> for every slot on the member, in one pipeline.
+func setSlots(ctx context.Context, c *redis.Client, slots []int, state, id string) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, slot := range slots {
+			p.Do(ctx, "CLUSTER", "SETSLOT", slot, state, id)
+		}
+		return nil
+	})
+	if err != nil {
+		for i, cmd := range cmds {
+			if cmd.Err() != nil {
+				return fmt.Errorf("member %s: CLUSTER SETSLOT %d %s: %w", c.Options().Addr, slots[i], state, cmd.Err())
+			}
+		}
+		return fmt.Errorf("member %s: CLUSTER SETSLOT %s: %w", c.Options().Addr, state, err)
 	}
-	return moved, nil
+	return nil
 }

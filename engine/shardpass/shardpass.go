@@ -275,27 +275,39 @@ func (p Pass) command(ctx context.Context, s shards.Step, byName map[string]Seen
 	return fmt.Errorf("a step of an unknown kind %q", s.Kind)
 }
 
-// move moves the keys of the step's slots, slot by slot, in MIGRATE batches.
+// move moves the step's slots with their keys, SlotsPerMove at a time (one pipeline per member
+// for each SETSLOT step), stopping between two rounds once deadline (when set) has passed.
 func (p Pass) move(ctx context.Context, s shards.Step, byName map[string]Seen, deadline time.Time) (int, int, error) {
 	self, target := byName[s.Member], byName[s.Target]
 	batch := p.MigrateBatch
 	if batch <= 0 {
 		batch = 100
 	}
-	keys, slots := 0, 0
+	var all []int
 	for _, r := range s.Slots {
 		for slot := r.From; slot <= r.To; slot++ {
-			if !deadline.IsZero() && time.Now().After(deadline) {
-				return keys, slots, errPaced
-			}
-			n, err := member.MoveSlot(ctx, p.Client(self.Member), p.Client(target.Member), self.View.ID, target.View.ID, target.Addr,
-				p.MigrateUser, p.MigratePassword, slot, batch)
-			keys += n
-			if err != nil {
-				return keys, slots, err
-			}
-			slots++
+			all = append(all, slot)
 		}
+	}
+	keys, slots := 0, 0
+	for len(all) > 0 {
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			return keys, slots, errPaced
+		}
+		round := all[:min(SlotsPerMove, len(all))]
+		n, err := member.MoveSlots(ctx, p.Client(self.Member), p.Client(target.Member), self.View.ID, target.View.ID, target.Addr,
+			p.MigrateUser, p.MigratePassword, round, batch)
+		keys += n
+		if err != nil {
+			return keys, slots, err
+		}
+		slots += len(round)
+		all = all[len(round):]
 	}
 	return keys, slots, nil
 }
+
+// SlotsPerMove is how many slots move together: each step of a move (import, migrate, own) is one
+// pipeline per member for all of them, and a server saves its cluster configuration once for the
+// step rather than once a slot.
+const SlotsPerMove = 16
