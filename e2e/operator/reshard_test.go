@@ -132,7 +132,7 @@ func TestShardedCacheReshards(t *testing.T) {
 	var out string
 	framework.Eventually(t, 30*time.Second, "kubectl managedcache status with every member's shard, slots and figures", func() (bool, string, error) {
 		out, err = kubectlPlugin(t, c, dir, "managedcache", "status", name, "-n", ns, "--metrics-url=http://"+metricsAddr+"/metrics")
-		primaries := regexp.MustCompile(`(?m)^[0-2]\s+[0-9][0-9,-]*\s+` + name + `-s[0-2]-[01]\s+primary\s+true\s`).FindAllString(out, -1)
+		primaries := regexp.MustCompile(`(?m)^[0-2]\s+[0-9][0-9,-]*\s+`+name+`-s[0-2]-[01]\s+primary\s+true\s`).FindAllString(out, -1)
 		return err == nil && strings.Contains(out, "3 shards of 2 members") && len(primaries) == 3 && strings.Count(out, " MiB / ") == 6,
 			fmt.Sprintf("%d primaries with slots (%v)\n%s", len(primaries), err, out), nil
 	})
