@@ -392,4 +392,3 @@ func shardTags(t *testing.T, ctx context.Context, cc *redis.ClusterClient, n int
 	}
 	return tags
 }
-
