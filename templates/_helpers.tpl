@@ -14,10 +14,12 @@ appears in the pod spec. The StatefulSet's pod template carries a checksum of th
 change rolls the pods.
 
 A sharded cache's members run in cluster mode. Their node's state is nodes.conf on the volume.
-cluster-node-timeout 3000: a primary that does not answer for 3 s is failed (with a majority of
-the primaries agreeing) and its replica elected (the engine's failover, about 1 s more), so that a
-crashed primary's shard takes writes again within the targets (p50 5 s, max 10 s); and a primary
-cut off from the majority stops taking writes after that long. cluster-allow-replica-migration no:
+cluster-node-timeout 2000: a primary that does not answer for 2 s is failed (with a majority of
+the primaries agreeing) and its replica elected (the engine's failover: up to 1 s for a ping to be
+due, 0.5-1 s of election delay, the votes), so that a crashed primary's shard takes writes again
+within the targets (p50 5 s, max 10 s; with 3 s it took 5.5 s); and a primary cut off from the
+majority stops taking writes after that long. Shorter would fail primaries over that a busy node
+only starved of CPU for a moment. cluster-allow-replica-migration no:
 a replica stays in its shard (the operator places members; the engine would move a replica to a
 primary left without one). cluster-allow-reads-when-down no (the default, said here): a member of a
 cluster that is not ok answers nothing, rather than stale data.
@@ -45,7 +47,7 @@ save ""
 cluster-enabled yes
 cluster-config-file /data/nodes.conf
 cluster-port {{ .ClusterBusPort }}
-cluster-node-timeout 3000
+cluster-node-timeout 2000
 cluster-allow-replica-migration no
 cluster-allow-reads-when-down no
 {{- end }}

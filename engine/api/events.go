@@ -33,6 +33,7 @@ const (
 	EventReshardStarted      = "ReshardStarted"
 	EventReshardCompleted    = "ReshardCompleted"
 	EventShardRemoved        = "ShardRemoved"
+	EventShardFailedOver     = "ShardFailedOver"
 )
 
 // EventDoc is one Event reason: its type (Normal or Warning), on what, and what it means.
@@ -89,5 +90,6 @@ var Events = []EventDoc{
 	{EventClaimOwned, "Normal", "a volume claim of the cache was given the cache's owner reference"},
 	{EventReshardStarted, "Normal", "a sharded cache's slots began moving to reach spec.shards (or went on after an operator restart; the message says which)"},
 	{EventReshardCompleted, "Normal", "every shard serves its share of the slots (slots and keys moved, time)"},
+	{EventShardFailedOver, "Warning", "a sharded cache's cluster elected a replica in place of a primary that stopped answering (the message names both, and the replica's lag at the last poll that read both)"},
 	{EventShardRemoved, "Normal", "a shard past spec.shards, which served no slot and held no key, was removed (its StatefulSet, disruption budget and volume claims)"},
 }

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,6 +73,12 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 	}
 	metrics.Moved(res.SlotsMoved, res.KeysMoved)
 	c.reportReshard(mc, key, spec, res)
+	mem := c.store.mem(key)
+	if !mem.failoverRead {
+		mem.lastFailover, mem.failoverRead = api.LastFailoverOf(mc), true
+	}
+	changes, discards := mem.shards.Observe(res, time.Now())
+	c.reportShardChanges(mc, mem, changes, discards)
 	logger.V(3).Info("Sharded member pass", "steps", res.Steps, "whole", res.Whole, "err", err)
 	for _, s := range res.Seen {
 		if s.Err != nil {
@@ -88,7 +95,7 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 		}
 	}
 	view := res.View(err)
-	view.Shards = spec.Shards
+	view.Shards, view.LastFailover = spec.Shards, mem.lastFailover
 	c.keepSettings(ctx, ns, name, key, res, pods, cred, &view)
 	c.publish(key, view)
 	c.store.setSample(key, res.Sample(ns, name), true)
@@ -116,6 +123,41 @@ const (
 	reshardBudget = time.Second
 	reshardPause  = 100 * time.Millisecond
 )
+
+// reportShardChanges reports the shards whose primary changed and the writes former primaries
+// took that their successors never had (shardpass.Watch): the cluster's failovers in a Warning
+// Event, the operator's handovers in a Normal one, each counted and kept in status.lastFailover;
+// discarded writes in WritesDiscarded and cache_operator_writes_discarded_bytes_total.
+func (c *Controller) reportShardChanges(mc *unstructured.Unstructured, mem *roleMemory, changes []shardpass.Change, discards []shardpass.Discard) {
+	for _, ch := range changes {
+		if ch.Planned {
+			metrics.Failover("switchover", ch.Since)
+			mem.lastFailover = failoverRecord("switchover", ch.From, ch.To)
+			c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventSwitchoverCompleted,
+				"Shard %d's primary handed over from %s to %s (CLUSTER FAILOVER: %s caught up first)", ch.Shard, ch.From, ch.To, ch.To)
+			continue
+		}
+		metrics.Failover("failover", ch.Since)
+		mem.lastFailover = failoverRecord("failover", ch.From, ch.To)
+		behind := "an unknown number of"
+		if ch.Behind >= 0 {
+			behind = fmt.Sprint(ch.Behind)
+		}
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventShardFailedOver,
+			"The cluster elected %s in place of shard %d's primary %s, last read serving %.1fs before; %s was %s bytes behind it then: writes %s acknowledged after that and had not replicated are lost and cannot be counted, unless a pass reads %s before it syncs from %s (then WritesDiscarded counts them)",
+			ch.To, ch.Shard, ch.From, ch.Since.Seconds(), ch.To, behind, ch.From, ch.From, ch.To)
+	}
+	for _, d := range discards {
+		metrics.WritesDiscarded(d.Bytes)
+		how := "read before it synced from " + d.Primary
+		if d.Synced {
+			how = "at least: what the last pass that read it on its own history saw; it had synced from " + d.Primary + " since"
+		}
+		c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventWritesDiscarded,
+			"%s acknowledged %d bytes of writes after %s took its slots over (its offset %d, the fork at %d; %s); they are discarded",
+			d.Member, d.Bytes, d.Primary, d.Offset, d.Fork, how)
+	}
+}
 
 // reportReshard emits the Events of a reshard: when its first pass finds slots to move (or, for a
 // reshard the status already shows, when this process takes it over), and when none is left.

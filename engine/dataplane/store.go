@@ -13,6 +13,7 @@ import (
 	"example.com/cache-operator/engine/cachetls"
 	"example.com/cache-operator/engine/metrics"
 	"example.com/cache-operator/engine/roles"
+	"example.com/cache-operator/engine/shardpass"
 )
 
 // reshardMemory is a reshard this process follows: since when, and the slots and keys it moved.
@@ -26,6 +27,8 @@ type reshardMemory struct {
 type roleMemory struct {
 	// reshard follows a sharded cache's reshard, for its Events.
 	reshard           reshardMemory
+	// shards follows a sharded cache's primaries, for its failovers and discarded writes.
+	shards shardpass.Watch
 	unhealthySince    time.Time
 	lastPrimaryOffset int64
 	// lastPrimaryHistory is the replication ID of the last healthy primary seen; lastPrimary its
