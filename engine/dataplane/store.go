@@ -26,9 +26,9 @@ type reshardMemory struct {
 // roleMemory is what a member pass keeps of a cache between passes.
 type roleMemory struct {
 	// reshard follows a sharded cache's reshard, for its Events.
-	reshard           reshardMemory
+	reshard reshardMemory
 	// shards follows a sharded cache's primaries, for its failovers and discarded writes.
-	shards shardpass.Watch
+	shards            shardpass.Watch
 	unhealthySince    time.Time
 	lastPrimaryOffset int64
 	// lastPrimaryHistory is the replication ID of the last healthy primary seen; lastPrimary its
