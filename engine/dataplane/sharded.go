@@ -37,7 +37,7 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 		if !ok {
 			continue
 		}
-		m := shardpass.Member{Name: p.Name, Shard: shard, Ordinal: ordinal, Leaving: p.DeletionTimestamp != nil}
+		m := shardpass.Member{Name: p.Name, Shard: shard, Ordinal: ordinal, Host: p.Node, Leaving: p.DeletionTimestamp != nil}
 		if m.Leaving && shard >= int(spec.Shards) {
 			if sts, _ := c.informers.Child(informers.StatefulSet, ns, api.ShardSetName(name, shard)); sts == nil {
 				continue // a removed shard's member stopping (removed once it held nothing): not waited for

@@ -16,6 +16,7 @@ import (
 type Pod struct {
 	metav1.ObjectMeta // name, namespace, UID, resourceVersion, deletion timestamp, the labels read, the controller
 	IP                string
+	Node              string // spec.nodeName: the node it is scheduled on ("" before)
 	Ready             bool // the Ready condition is True
 	Running           bool // every container runs (false while one has exited or waits to restart)
 	// InitFailure is the last failure of an init container (the restore's), "<name>: <message>",
@@ -100,7 +101,7 @@ func podMeta(o metav1.Object) Pod {
 // typedMemberPod reads a pod from the typed (protobuf) informer.
 func typedMemberPod(pod *corev1.Pod) *Pod {
 	p := podMeta(pod)
-	p.IP = pod.Status.PodIP
+	p.IP, p.Node = pod.Status.PodIP, pod.Spec.NodeName
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			p.Ready = c.Status == corev1.ConditionTrue
@@ -121,6 +122,7 @@ func typedMemberPod(pod *corev1.Pod) *Pod {
 func unstructuredMemberPod(u *unstructured.Unstructured) *Pod {
 	p := podMeta(u)
 	p.IP, _, _ = unstructured.NestedString(u.Object, "status", "podIP")
+	p.Node, _, _ = unstructured.NestedString(u.Object, "spec", "nodeName")
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	for _, c := range conds {
 		if m, ok := c.(map[string]interface{}); ok && m["type"] == string(corev1.PodReady) {

@@ -28,6 +28,7 @@ type Member struct {
 	Shard   int    // the shard its StatefulSet serves
 	Ordinal int    // its ordinal in that StatefulSet
 	Addr    string // ip:port of its server ("": no address yet)
+	Host    string // the node its pod runs on ("": not known)
 	// BusPort is its cluster bus port when that is not the server's port + 10000 (0: it is).
 	BusPort int
 	// Leaving: its pod is being deleted; a primary hands its slots over first.
@@ -55,7 +56,7 @@ type Result struct {
 	// Whole: nothing to do, and every member says cluster_state:ok.
 	Whole bool
 	// Serving: every member says cluster_state:ok and the cluster needs nothing but a reshard's
-	// moves (it is whole but for its layout).
+	// moves or the spread of its primaries (it is whole but for its layout).
 	Serving bool
 	// KeysMoved and SlotsMoved count the keys and slots the pass moved between shards.
 	KeysMoved, SlotsMoved int
@@ -103,7 +104,7 @@ func (p Pass) Run(ctx context.Context, members []Member, spec shards.Spec) (Resu
 	}
 	res.RetiredEmpty = res.SlotsKnown && retiredEmpty(seen, spec)
 	res.Whole = ok && len(res.Steps) == 0
-	res.Serving = ok && (len(res.Steps) == 0 || shards.Resharding(res.Steps))
+	res.Serving = ok && shards.Serving(res.Steps)
 	if len(res.Steps) == 0 {
 		return res, nil
 	}
@@ -197,11 +198,12 @@ func (p Pass) nodes(ctx context.Context, seen []Seen) []shards.Node {
 	}
 	nodes := make([]shards.Node, len(seen))
 	for i, s := range seen {
-		n := shards.Node{Member: s.Name, Shard: s.Shard, Ordinal: s.Ordinal, Addr: s.Addr, Leaving: s.Leaving}
+		n := shards.Node{Member: s.Name, Shard: s.Shard, Ordinal: s.Ordinal, Addr: s.Addr, Host: s.Host, Leaving: s.Leaving}
 		if s.Err == nil {
 			v := s.View
 			n.Observed, n.ID, n.Primary, n.PrimaryID = true, v.ID, v.Primary, v.PrimaryID
 			n.Migrating, n.Importing, n.Known, n.Serving, n.OK = v.Migrating, v.Importing, v.Known, v.Serving, v.State == "ok"
+			n.InSync = s.Repl.LinkUp
 			for _, r := range v.Slots {
 				n.Slots = append(n.Slots, shards.Range{From: r[0], To: r[1]})
 			}

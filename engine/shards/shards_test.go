@@ -489,3 +489,67 @@ func apply(t *testing.T, nodes []Node, s Step) {
 		t.Fatalf("unexpected step %s", s)
 	}
 }
+
+// placed is cluster(3, 2) with each member on the node hosts names, every replica in sync.
+func placed(hosts map[string]string) []Node {
+	nodes := cluster(3, 2)
+	for i := range nodes {
+		nodes[i].Host, nodes[i].InSync = hosts[nodes[i].Member], !nodes[i].Primary
+	}
+	return nodes
+}
+
+func TestDecideSpreadsThePrimariesOverTheNodes(t *testing.T) {
+	gathered := map[string]string{"c-0-0": "a", "c-1-0": "a", "c-2-0": "b", "c-0-1": "c", "c-1-1": "b", "c-2-1": "c"}
+	for _, tc := range []struct {
+		name  string
+		nodes []Node
+		want  []string
+	}{
+		{"two primaries on node a, none on c where a replica of one of them runs: it takes over",
+			placed(gathered), []string{"Failover c-0-1 → c-0-0"}},
+		{"one primary a node: nothing", placed(map[string]string{"c-0-0": "a", "c-1-1": "a", "c-1-0": "b", "c-2-1": "b", "c-2-0": "c", "c-0-1": "c"}), nil},
+		{"two on a, their replicas on b, which has one: b's primary goes to c first, making room",
+			placed(map[string]string{"c-0-0": "a", "c-1-0": "a", "c-2-0": "b", "c-0-1": "b", "c-1-1": "b", "c-2-1": "c"}), []string{"Failover c-2-1 → c-2-0"}},
+		{"... then a's first primary goes to b", func() []Node {
+			n := placed(map[string]string{"c-0-0": "a", "c-1-0": "a", "c-2-0": "b", "c-0-1": "b", "c-1-1": "b", "c-2-1": "c"})
+			p, r := member(n, "c-2-0"), member(n, "c-2-1")
+			p.Primary, p.PrimaryID, r.Primary, r.PrimaryID = false, r.ID, true, ""
+			p.Slots, r.Slots = r.Slots, p.Slots
+			p.InSync, r.InSync = true, false
+			return n
+		}(), []string{"Failover c-0-1 → c-0-0"}},
+		{"two on a, one on b, where a's replicas run, b's replica on a: nothing helps",
+			placed(map[string]string{"c-0-0": "a", "c-1-0": "a", "c-2-0": "b", "c-0-1": "b", "c-1-1": "b", "c-2-1": "a"}), nil},
+		{"the replica's link is down: waits", func() []Node {
+			n := placed(gathered)
+			member(n, "c-0-1").InSync = false
+			return n
+		}(), nil},
+		{"a member leaving: the handovers of the roll first", func() []Node {
+			n := placed(gathered)
+			member(n, "c-2-1").Leaving = true
+			return n
+		}(), nil},
+		{"a node not known: waits", func() []Node {
+			n := placed(gathered)
+			member(n, "c-2-1").Host = ""
+			return n
+		}(), nil},
+		{"a member not ok: waits", func() []Node {
+			n := placed(gathered)
+			member(n, "c-1-1").OK = false
+			return n
+		}(), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			steps := Decide(tc.nodes, Spec{3, 2})
+			if got := strs(steps); !reflect.DeepEqual(got, tc.want) && !(len(got) == 0 && len(tc.want) == 0) {
+				t.Fatalf("Decide = %v; want %v", got, tc.want)
+			}
+			if !Serving(steps) {
+				t.Errorf("Serving(%v) = false: a spread's handover is a change of layout", strs(steps))
+			}
+		})
+	}
+}
