@@ -17,8 +17,8 @@ type Pod struct {
 	metav1.ObjectMeta // name, namespace, UID, resourceVersion, deletion timestamp, the labels read, the controller
 	IP                string
 	Node              string // spec.nodeName: the node it is scheduled on ("" before)
-	Ready             bool // the Ready condition is True
-	Running           bool // every container runs (false while one has exited or waits to restart)
+	Ready             bool   // the Ready condition is True
+	Running           bool   // every container runs (false while one has exited or waits to restart)
 	// InitFailure is the last failure of an init container (the restore's), "<name>: <message>",
 	// while the pod is still initializing; "" otherwise.
 	InitFailure string
