@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"example.com/cache-operator/e2e/framework"
-	"example.com/cache-operator/engine/api"
 )
 
 // TestShardedCache: a cache of 3 shards × 2 members on the real nodes (Redis 7.0, cluster mode).
@@ -54,51 +53,46 @@ func TestShardedCache(t *testing.T) {
 	defer cc.Close()
 
 	// The layout, as a cluster client sees it from the one Service: three shards over every slot,
-	// each a primary and a replica, each at its pod's address and labelled with its role.
-	pods := map[string]corev1.Pod{}
-	byIP := map[string]string{}
-	for _, p := range memberPods(t, c, ns, name) {
-		pods[p.Name], byIP[p.Status.PodIP] = p, p.Name
-	}
-	var shardsSeen []redis.ClusterSlot
-	framework.Eventually(t, time.Minute, "CLUSTER SLOTS through "+name+"-rw: three shards of two over every slot", func() (bool, string, error) {
+	// each a primary and a replica of one shard, each at its pod's address and labelled with its
+	// role (polled: the operator may be handing a primary over to spread them over the nodes).
+	framework.Eventually(t, time.Minute, "CLUSTER SLOTS through "+name+"-rw: three shards of two over every slot, each member at its pod's address, labelled with its role", func() (bool, string, error) {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		slots, err := cc.ClusterSlots(cctx).Result()
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		shardsSeen = slots
+		pods := map[string]corev1.Pod{}
+		byIP := map[string]string{}
+		for _, p := range memberPods(t, c, ns, name) {
+			pods[p.Name], byIP[p.Status.PodIP] = p, p.Name
+		}
 		covered, pairs := 0, 0
+		var wrong []string
 		for _, s := range slots {
 			covered += s.End - s.Start + 1
-			if len(s.Nodes) == 2 {
-				pairs++
+			if len(s.Nodes) != 2 {
+				continue
+			}
+			pairs++
+			for i, n := range s.Nodes {
+				host, _, _ := net.SplitHostPort(n.Addr)
+				pod, ok := byIP[host]
+				role := map[bool]string{true: "primary", false: "replica"}[i == 0]
+				switch {
+				case !ok:
+					wrong = append(wrong, fmt.Sprintf("slots %d-%d: %s announces %s, no member's pod address", s.Start, s.End, n.ID, n.Addr))
+				case pods[pod].Labels[roleLabel] != role:
+					wrong = append(wrong, fmt.Sprintf("%s serves slots %d-%d as the %s, labelled %q", pod, s.Start, s.End, role, pods[pod].Labels[roleLabel]))
+				}
+			}
+			if a, b := s.Nodes[0].Addr, s.Nodes[1].Addr; shardMember(byIP, a) != shardMember(byIP, b) {
+				wrong = append(wrong, fmt.Sprintf("slots %d-%d: primary %s and replica %s are not of one shard", s.Start, s.End, byIP[a], byIP[b]))
 			}
 		}
-		return covered == 16384 && pairs == len(slots) && len(slots) >= 3, fmt.Sprintf("%d slots covered by %d ranges, %d with a primary and a replica", covered, len(slots), pairs), nil
+		return covered == 16384 && pairs == len(slots) && len(slots) >= 3 && len(wrong) == 0,
+			fmt.Sprintf("%d slots covered by %d ranges, %d with a primary and a replica; %v", covered, len(slots), pairs, wrong), nil
 	})
-	shardOf := map[string]int{} // a primary's pod → its shard, from its name
-	for _, s := range shardsSeen {
-		for i, n := range s.Nodes {
-			host, _, _ := net.SplitHostPort(n.Addr)
-			pod, ok := byIP[host]
-			if !ok {
-				t.Fatalf("slots %d-%d: %s announces %s, which is no member's pod address (%v)", s.Start, s.End, n.ID, n.Addr, byIP)
-			}
-			role := "replica"
-			if i == 0 {
-				role = "primary"
-				shardOf[pod], _, _ = api.ShardMemberOf(name, pod)
-			}
-			if got := pods[pod].Labels[roleLabel]; got != role {
-				t.Errorf("%s serves slots %d-%d as the %s, labelled %q", pod, s.Start, s.End, role, got)
-			}
-		}
-		if a, b := s.Nodes[0].Addr, s.Nodes[1].Addr; shardMember(byIP, a) != shardMember(byIP, b) {
-			t.Errorf("slots %d-%d: primary %s and replica %s are not of one shard", s.Start, s.End, byIP[a], byIP[b])
-		}
-	}
 
 	// redis-cli -c, given the Service: a key of another shard is followed there.
 	if cli, err := exec.LookPath("redis-cli"); err == nil {
@@ -127,16 +121,7 @@ func TestShardedCache(t *testing.T) {
 	})
 
 	// A planned removal: shard 1's primary's pod deleted; its replica takes the slots first.
-	primaryOf := func(shard int) corev1.Pod {
-		for pod, s := range shardOf {
-			if s == shard {
-				return pods[pod]
-			}
-		}
-		t.Fatalf("no primary of shard %d among %v", shard, shardOf)
-		return corev1.Pod{}
-	}
-	leaving := primaryOf(1)
+	leaving := currentPrimary(t, c, ctx, cc, ns, name, tags[1])
 	t1 := time.Now()
 	if err := c.Kube.CoreV1().Pods(ns).Delete(ctx, leaving.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
