@@ -161,6 +161,7 @@ func TestShardedCachePartition(t *testing.T) {
 	last := waitFailoverRecorded(t, c, ns, old, successor)
 	time.Sleep(time.Until(t0.Add(20 * time.Second))) // the fault's duration, not synchronisation
 	heal()
+	healed := time.Now()
 	waitShardsWhole(t, c, ns, faultCache, 3*time.Minute)
 	kept.halt()
 	f.w.halt()
@@ -179,6 +180,7 @@ func TestShardedCachePartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("the cluster writer's failures: %v, at %s", f.w.failures(), f.w.failedAt(map[string]time.Time{"the cut": t0, "the heal": healed}))
 	t.Logf("asymmetric partition of %s for 20 s: %s elected %.1f s after the cut, the cluster writer's shard 0 writes again %.1f s after; the kept connection: %d of %d acknowledged writes lost, the last acknowledged %.1f s after the cut; the cluster writer: %d of %d lost; ShardFailedOver %q; WritesDiscarded %d bytes (%d unmeasured) %q; failovers counted %v; status.lastFailover %v",
 		old.Name, successor.Name, elected.Seconds(), back.Seconds(), len(lost), len(kept.acked), lastLost.Sub(t0).Seconds(),
 		len(clusterLost), acked, failedOver, bytes, unmeasured, discarded, counted, last)
