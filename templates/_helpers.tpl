@@ -22,7 +22,9 @@ majority stops taking writes after that long. Shorter would fail primaries over 
 only starved of CPU for a moment. cluster-allow-replica-migration no:
 a replica stays in its shard (the operator places members; the engine would move a replica to a
 primary left without one). cluster-allow-reads-when-down no (the default, said here): a member of a
-cluster that is not ok answers nothing, rather than stale data.
+cluster that is not ok answers nothing, rather than stale data. With TLS, tls-cluster yes: the
+cluster bus (gossip, failover votes) and MIGRATE between members run over TLS too, with the
+members' certificate, which the operator renews without a restart as for any TLS cache.
 */}}
 {{- define "redis.conf" -}}
 {{ if .TLS.Enabled -}}
@@ -50,6 +52,9 @@ cluster-port {{ .ClusterBusPort }}
 cluster-node-timeout 2000
 cluster-allow-replica-migration no
 cluster-allow-reads-when-down no
+{{- if .TLS.Enabled }}
+tls-cluster yes
+{{- end }}
 {{- end }}
 {{- end }}
 

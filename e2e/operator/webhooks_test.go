@@ -99,9 +99,11 @@ func TestAdmissionRulesThroughTheAPIServer(t *testing.T) {
 	}
 	_, err = applyYAML(ctx, c, shardedWith("backed-up", 3, ", backup: {store: {secretName: s3}}"))
 	wantRejected(t, "v2 create of 3 shards with a backup", err, api.ShardedBackupNotServed)
-	_, err = applyYAML(ctx, c, shardedWith("hidden", 3, ", tls: {enabled: true}, hibernate: true"))
-	wantRejected(t, "v2 create of 3 shards with TLS", err, api.ShardedTLSNotServed)
+	_, err = applyYAML(ctx, c, shardedWith("hidden", 3, ", hibernate: true"))
 	wantRejected(t, "v2 create of 3 shards hibernating", err, api.ShardedHibernateNotServed)
+	if err := dryRun(shardedWith("secret", 3, ", tls: {enabled: true}")); err != nil {
+		t.Errorf("v2 create of 3 shards with TLS: %v", err)
+	}
 	_, err = c.Kubectl(ctx, "patch", "managedcaches.v2.cache.example.com", "guarded", "-n", ns, "--type=merge", "-p", `{"spec":{"shards":3}}`)
 	wantRejected(t, "v2 patch adding shards", err, "spec.shards is set when the cache is created, never added or removed afterwards")
 	if err := dryRun(v1Sharded("v1-shards", 2, 3)); err != nil {

@@ -77,7 +77,6 @@ func (s Spec) ShardedNotServed() string {
 	}{
 		{s.Backup != nil, ShardedBackupNotServed},
 		{s.Restore != nil, ShardedRestoreNotServed},
-		{s.TLS, ShardedTLSNotServed},
 		{s.Hibernate, ShardedHibernateNotServed},
 	} {
 		if f.set {
@@ -87,11 +86,13 @@ func (s Spec) ShardedNotServed() string {
 	return strings.Join(out, "; ")
 }
 
+// ShardedTLSChange is the CRD rule's refusal of TLS turned on or off on a sharded cache.
+const ShardedTLSChange = "spec.tls.enabled of a sharded cache is chosen when it is created: a change rolls the members one by one, and the cluster bus cannot join members that speak TLS with members that do not (each side would fail the other); create a new cache with the other setting and move the data"
+
 // What a sharded cache cannot have yet, in the words of the CRD's rules, the webhook and SpecFrom.
 const (
 	ShardedBackupNotServed    = "spec.backup: backups of sharded caches are not served by this version of cache-operator yet"
 	ShardedRestoreNotServed   = "spec.restore: restoring into a sharded cache is not served by this version of cache-operator yet"
-	ShardedTLSNotServed       = "spec.tls: TLS for sharded caches is not served by this version of cache-operator yet"
 	ShardedHibernateNotServed = "spec.hibernate: hibernating a sharded cache is not served by this version of cache-operator yet"
 )
 

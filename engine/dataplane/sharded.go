@@ -62,6 +62,10 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 		logger.V(3).Info("Member pass waits for an event", "why", "no credentials in the Secret yet")
 		return 0, nil
 	}
+	mem := c.store.mem(key)
+	if m, ok := c.tlsOf(ns, name, mem); ok {
+		cred = withTLS(cred, m) // the members of a TLS cache are dialled over TLS (their pods' label)
+	}
 	pass := shardpass.Pass{
 		Client:      func(m shardpass.Member) *redis.Client { return c.memberClient(pods[m.Name], cred) },
 		MigrateUser: api.InternalUser, MigratePassword: cred.Internal,
@@ -73,7 +77,6 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 	}
 	metrics.Moved(res.SlotsMoved, res.KeysMoved)
 	c.reportReshard(mc, key, spec, res)
-	mem := c.store.mem(key)
 	if !mem.failoverRead {
 		mem.lastFailover, mem.failoverRead = api.LastFailoverOf(mc), true
 	}
@@ -188,9 +191,9 @@ func (c *Controller) reportReshard(mc *unstructured.Unstructured, key string, sp
 	}
 }
 
-// keepSettings gives every member that answered the Secret's credentials and the ConfigMap's
-// permissions and live settings, as a primary/replica cache's pass does (no restart), and notes in
-// view what each member has.
+// keepSettings gives every member that answered the Secret's credentials, the ConfigMap's
+// permissions and live settings and, in a TLS cache, the TLS Secret's certificate, as a
+// primary/replica cache's pass does (no restart), and notes in view what each member has.
 func (c *Controller) keepSettings(ctx context.Context, ns, name, key string, res shardpass.Result, pods map[string]roles.Member,
 	cred credentials.Credentials, view *api.MembersView) {
 	mem := c.store.mem(key)
@@ -208,6 +211,9 @@ func (c *Controller) keepSettings(ctx context.Context, ns, name, key string, res
 	c.applyAuth(ctx, members, mem, cred, rules)
 	if liveOK && live.err == nil {
 		c.applyLiveSettings(ctx, members, mem, live, cred)
+	}
+	if m, ok := c.tlsOf(ns, name, mem); ok {
+		c.applyCertificates(ctx, members, mem, cred, m)
 	}
 	byName := map[string]roles.Member{}
 	for _, m := range members {
