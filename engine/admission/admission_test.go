@@ -138,7 +138,7 @@ func TestHandlerObjectsAndScale(t *testing.T) {
 			Object: runtime.RawExtension{Raw: []byte(`{"apiVersion":"cache.example.com/v2","kind":"ManagedCache","metadata":{"name":"s"},"spec":{"replicas":3,"shards":4,"engine":{"version":"7.2"}}}`)}}, ""},
 		{"v1 create of 3 shards with a backup", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create,
 			Object: v1(2, "8.0", `"cache.example.com/v2-spec":"{\"shards\":3,\"backup\":{\"store\":{\"secretName\":\"s3\"}},\"hibernate\":true}"`)},
-			api.ShardedBackupNotServed + "; " + api.ShardedHibernateNotServed},
+			api.ShardedBackupNotServed},
 		{"v2 update adding shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v2"}, Operation: admissionv1.Update, OldObject: v2(3, "7.2"),
 			Object: runtime.RawExtension{Raw: []byte(`{"apiVersion":"cache.example.com/v2","kind":"ManagedCache","metadata":{"name":"s"},"spec":{"replicas":3,"shards":3,"engine":{"version":"7.2"}}}`)}},
 			"spec.shards: cannot turn a primary/replica cache into a sharded cache of 3 shards"},

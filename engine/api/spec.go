@@ -77,7 +77,6 @@ func (s Spec) ShardedNotServed() string {
 	}{
 		{s.Backup != nil, ShardedBackupNotServed},
 		{s.Restore != nil, ShardedRestoreNotServed},
-		{s.Hibernate, ShardedHibernateNotServed},
 	} {
 		if f.set {
 			out = append(out, f.what)
@@ -93,7 +92,6 @@ const ShardedTLSChange = "spec.tls.enabled of a sharded cache is chosen when it 
 const (
 	ShardedBackupNotServed    = "spec.backup: backups of sharded caches are not served by this version of cache-operator yet"
 	ShardedRestoreNotServed   = "spec.restore: restoring into a sharded cache is not served by this version of cache-operator yet"
-	ShardedHibernateNotServed = "spec.hibernate: hibernating a sharded cache is not served by this version of cache-operator yet"
 )
 
 // Backup is spec.backup: where a cache's backups go, when, and how many stay.

@@ -220,6 +220,8 @@ func setHibernate(ctx context.Context, c *client, name string, on bool) error {
 	primary := api.PrimaryOf(mc)
 	if on {
 		fmt.Fprintf(c.out, "hibernated in %.1fs: no member runs; volumes, Secret and Services kept\n", c.now().Sub(start).Seconds())
+	} else if primary == "" {
+		fmt.Fprintf(c.out, "Ready in %.1fs: every slot served\n", c.now().Sub(start).Seconds())
 	} else {
 		fmt.Fprintf(c.out, "Ready in %.1fs with %s as primary\n", c.now().Sub(start).Seconds(), primary)
 	}

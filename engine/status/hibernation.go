@@ -20,7 +20,8 @@ import (
 //     condition says whether every member stopped, Ready is False with reason Hibernated once
 //     they have; status.primary and status.members are cleared then (no member runs).
 //   - Resuming: the record stays (the member pass elects its primary again) until the cache is
-//     Ready with a primary; then the record and the condition go.
+//     Ready with a primary (a sharded cache: Ready, its cluster whole); then the record and the
+//     condition go.
 func applyHibernation(s *api.Status, spec api.Spec, lastPrimary string, generation, running int64, now time.Time) {
 	if spec.Hibernate {
 		if s.Hibernation == nil {
@@ -31,6 +32,9 @@ func applyHibernation(s *api.Status, spec api.Spec, lastPrimary string, generati
 		if running == 0 {
 			cond.Status, cond.Reason = metav1.ConditionTrue, api.ReasonHibernated
 			cond.Message = fmt.Sprintf("every member is stopped; the volumes, the Secret and the Services are kept; set spec.hibernate to false to resume with %s as primary", orNone(s.Hibernation.Primary))
+			if spec.Sharded() {
+				cond.Message = "every member is stopped; the volumes (each member's data and its node's state, nodes.conf), the Secret and the Services are kept; set spec.hibernate to false to resume: each member comes back as the primary or replica of the slots it had"
+			}
 			s.Primary, s.Members = "", nil
 			s.SetReady(generation, false, api.ReasonHibernated, "hibernated (spec.hibernate): no member runs")
 		} else {
@@ -43,13 +47,17 @@ func applyHibernation(s *api.Status, spec api.Spec, lastPrimary string, generati
 		meta.RemoveStatusCondition(&s.Conditions, api.ConditionHibernated)
 		return
 	}
-	if IsReady(*s) && s.Primary != "" {
+	if IsReady(*s) && (s.Primary != "" || spec.Sharded()) {
 		s.Hibernation = nil
 		meta.RemoveStatusCondition(&s.Conditions, api.ConditionHibernated)
 		return
 	}
+	msg := fmt.Sprintf("resuming: starting the members and electing %s again", orNone(s.Hibernation.Primary))
+	if spec.Sharded() {
+		msg = "resuming: starting the members, which the operator introduces to each other again at their new addresses"
+	}
 	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: api.ConditionHibernated, Status: metav1.ConditionFalse, Reason: api.ReasonResuming,
-		Message: fmt.Sprintf("resuming: starting the members and electing %s again", orNone(s.Hibernation.Primary)), ObservedGeneration: generation})
+		Message: msg, ObservedGeneration: generation})
 }
 
 func orNone(member string) string {
@@ -78,6 +86,8 @@ func HibernationEvents(recorder record.EventRecorder, mc *unstructured.Unstructu
 		recorder.Eventf(mc, corev1.EventTypeNormal, api.ReasonHibernated, "Every member is stopped; the volumes are kept")
 	case is != nil && is.Reason == api.ReasonResuming:
 		recorder.Eventf(mc, corev1.EventTypeNormal, api.ReasonResuming, "Starting the members (spec.hibernate is false)")
+	case is == nil && was != nil && cur.Primary == "":
+		recorder.Eventf(mc, corev1.EventTypeNormal, api.EventResumed, "Ready again: every slot served, every shard with its members")
 	case is == nil && was != nil:
 		recorder.Eventf(mc, corev1.EventTypeNormal, api.EventResumed, "Ready again with %s as primary", cur.Primary)
 	}

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -41,5 +42,28 @@ func TestApplyHibernation(t *testing.T) {
 	applyHibernation(&s, api.Spec{Replicas: 3}, "c-2", 3, 3, now)
 	if s.Hibernation != nil || meta.FindStatusCondition(s.Conditions, api.ConditionHibernated) != nil {
 		t.Errorf("resumed: hibernation %+v, conditions %+v; want neither", s.Hibernation, s.Conditions)
+	}
+}
+
+// A sharded cache has no primary to record or elect: it resumes once Ready (its cluster whole).
+func TestApplyHibernationSharded(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	spec := api.Spec{Replicas: 2, Shards: 3, Hibernate: true}
+	var s api.Status
+	s.SetReady(1, true, api.ReasonAllReplicasReady, "2/2 in every shard")
+	applyHibernation(&s, spec, "", 2, 0, now)
+	if h := meta.FindStatusCondition(s.Conditions, api.ConditionHibernated); h == nil || h.Reason != api.ReasonHibernated || !strings.Contains(h.Message, "nodes.conf") {
+		t.Fatalf("stopped: condition %+v; want Hibernated, naming what the volumes keep", h)
+	}
+	spec.Hibernate = false
+	s.SetReady(3, false, api.ReasonWaitingForReplicas, "0/2")
+	applyHibernation(&s, spec, "", 3, 2, now)
+	if h := meta.FindStatusCondition(s.Conditions, api.ConditionHibernated); s.Hibernation == nil || h == nil || h.Reason != api.ReasonResuming {
+		t.Fatalf("resuming: hibernation %+v, condition %+v; want the record and Resuming", s.Hibernation, h)
+	}
+	s.SetReady(3, true, api.ReasonAllReplicasReady, "2/2 in every shard; the cluster is ok")
+	applyHibernation(&s, spec, "", 3, 2, now)
+	if s.Hibernation != nil || meta.FindStatusCondition(s.Conditions, api.ConditionHibernated) != nil {
+		t.Errorf("Ready: hibernation %+v, conditions %+v; want the resume over without a primary", s.Hibernation, s.Conditions)
 	}
 }
