@@ -90,8 +90,8 @@ const ShardedTLSChange = "spec.tls.enabled of a sharded cache is chosen when it 
 
 // What a sharded cache cannot have yet, in the words of the CRD's rules, the webhook and SpecFrom.
 const (
-	ShardedBackupNotServed    = "spec.backup: backups of sharded caches are not served by this version of cache-operator yet"
-	ShardedRestoreNotServed   = "spec.restore: restoring into a sharded cache is not served by this version of cache-operator yet"
+	ShardedBackupNotServed  = "spec.backup: backups of sharded caches are not served by this version of cache-operator yet"
+	ShardedRestoreNotServed = "spec.restore: restoring into a sharded cache is not served by this version of cache-operator yet"
 )
 
 // Backup is spec.backup: where a cache's backups go, when, and how many stay.
