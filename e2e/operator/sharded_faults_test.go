@@ -49,19 +49,6 @@ func newShardedFaultCache(t *testing.T, c *framework.Cluster, ns string) sharded
 	return shardedFaultCache{c: c, ns: ns, pw: pw, cc: cc, tags: tags, w: w}
 }
 
-// shardPeer is the other member of pod's shard.
-func shardPeer(t *testing.T, c *framework.Cluster, ns string, pod corev1.Pod) corev1.Pod {
-	t.Helper()
-	prefix := pod.Name[:strings.LastIndex(pod.Name, "-")+1]
-	for _, p := range memberPods(t, c, ns, faultCache) {
-		if strings.HasPrefix(p.Name, prefix) && p.Name != pod.Name {
-			return p
-		}
-	}
-	t.Fatalf("no other member of %s's shard", pod.Name)
-	return corev1.Pod{}
-}
-
 // waitShardPrimaryNot waits until the cluster serves tag's slot from a member other than pod,
 // and returns that member.
 func (f shardedFaultCache) waitShardPrimaryNot(t *testing.T, tag string, pod corev1.Pod, timeout time.Duration) corev1.Pod {
@@ -226,7 +213,7 @@ func TestShardedCacheNodeStop(t *testing.T) {
 	last := waitFailoverRecorded(t, c, ns, old, successor)
 	t.Logf("primaries on three nodes %.1f s after Ready; node %s stopped under shard 0's primary %s (and %v): %s elected %.1f s after, the shard took writes again %.1f s after",
 		spread.Seconds(), old.Spec.NodeName, old.Name, alsoThere, successor.Name, elected.Seconds(), back.Seconds())
-	if peer := shardPeer(t, c, ns, old); peer.Name != successor.Name {
+	if peer := shardPeerOf(t, c, ns, faultCache, old); peer.Name != successor.Name {
 		t.Errorf("shard 0's slots went to %s, not to %s, the primary's replica", successor.Name, peer.Name)
 	}
 	// Stopped for 20 s in all, then back: its members rejoin.

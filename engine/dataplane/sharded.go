@@ -71,7 +71,8 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 		MigrateUser: api.InternalUser, MigratePassword: cred.Internal,
 		MoveFor: reshardBudget,
 	}
-	res, err := pass.Run(ctx, members, shards.Spec{Shards: int(spec.Shards), PerShard: int(spec.Replicas)})
+	switchTo := mc.GetAnnotations()[api.SwitchoverAnnotation]
+	res, err := pass.Run(ctx, members, shards.Spec{Shards: int(spec.Shards), PerShard: int(spec.Replicas), SwitchTo: switchTo})
 	for _, s := range res.Seen {
 		metrics.MemberObserved(s.Err)
 	}
@@ -82,6 +83,14 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 	}
 	changes, discards := mem.shards.Observe(res, time.Now())
 	c.reportShardChanges(mc, mem, changes, discards)
+	if switchTo != "" && (res.SwitchDone || res.SwitchRefused != "") {
+		if res.SwitchRefused != "" {
+			c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventSwitchoverFailed, "Switchover to %s refused: %s", switchTo, res.SwitchRefused)
+		}
+		if cerr := c.clearSwitchover(ctx, mc); cerr != nil {
+			logger.Error(cerr, "Clearing the switchover annotation")
+		}
+	}
 	logger.V(3).Info("Sharded member pass", "steps", res.Steps, "whole", res.Whole, "err", err)
 	for _, s := range res.Seen {
 		if s.Err != nil {

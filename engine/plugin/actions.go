@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -36,9 +37,7 @@ func switchover(ctx context.Context, c *client, name string) error {
 		return err
 	}
 	if shards, sharded, _ := unstructured.NestedInt64(mc.Object, "spec", "shards"); sharded {
-		return fmt.Errorf("%s/%s is a sharded cache of %d shards, each with its own primary: switchover does not take one yet; "+
-			"to move a shard's primary, delete its pod (kubectl delete pod <member>): the operator hands its slots to a "+
-			"caught-up replica first (CLUSTER FAILOVER), losing nothing", c.ns, name, shards)
+		return c.switchoverShard(ctx, mc, shards)
 	}
 	from := api.PrimaryOf(mc)
 	if from == "" {
@@ -76,6 +75,64 @@ func switchover(ctx context.Context, c *client, name string) error {
 	}
 	fmt.Fprintf(c.out, "%s is the primary (%.1fs)\n", to, c.now().Sub(start).Seconds())
 	return nil
+}
+
+// switchoverShard asks the operator to make --to its shard's primary (a sharded cache has one
+// primary per shard, so the member must be named), and waits until the operator has done it or
+// refused it (the annotation gone either way; a refusal is a SwitchoverFailed Event).
+func (c *client) switchoverShard(ctx context.Context, mc *unstructured.Unstructured, shards int64) error {
+	name, to := mc.GetName(), c.opts.to
+	if to == "" {
+		return fmt.Errorf("%s/%s is a sharded cache of %d shards, each with its own primary: name the replica to hand its shard to "+
+			"with --to (kubectl managedcache status %s lists the members, their shards and roles)", c.ns, name, shards, name)
+	}
+	if err := c.patchCache(ctx, name, annotate(api.SwitchoverAnnotation, to)); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "switching %s/%s's shard of %s over to it\n", c.ns, name, to)
+	if !c.opts.wait {
+		return nil
+	}
+	start := c.now()
+	role := ""
+	err := c.waitFor(ctx, "the operator to hand the shard to "+to+" or refuse", func() (bool, string, error) {
+		mc, err := c.cache(ctx, name)
+		if err != nil {
+			return false, "", err
+		}
+		_, pending := mc.GetAnnotations()[api.SwitchoverAnnotation]
+		role = memberRole(mc, to)
+		return !pending, fmt.Sprintf("%s is %q, Ready %s", to, role, readyLine(mc)), nil
+	})
+	if err != nil {
+		return err
+	}
+	if role != api.RolePrimary {
+		why := "see kubectl describe managedcache " + name
+		if events, err := c.kube.CoreV1().Events(c.ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + api.EventSwitchoverFailed}); err == nil {
+			var last time.Time
+			for _, e := range events.Items {
+				if e.InvolvedObject.Name == name && e.LastTimestamp.Time.After(last) {
+					last, why = e.LastTimestamp.Time, e.Message
+				}
+			}
+		}
+		return fmt.Errorf("the switchover to %s was not done: %s", to, why)
+	}
+	fmt.Fprintf(c.out, "%s serves its shard's slots (%.1fs)\n", to, c.now().Sub(start).Seconds())
+	return nil
+}
+
+// memberRole is the role status.members gives member ("" when it lists none).
+func memberRole(mc *unstructured.Unstructured, member string) string {
+	members, _, _ := unstructured.NestedSlice(mc.Object, "status", "members")
+	for _, m := range members {
+		if mm, _ := m.(map[string]interface{}); mm["name"] == member {
+			r, _ := mm["role"].(string)
+			return r
+		}
+	}
+	return ""
 }
 
 // bestReplica is the replica to hand over to: the least lag in the operator's figures (its own

@@ -66,6 +66,10 @@ type Result struct {
 	SlotsKnown  bool
 	// Paced: the pass stopped its moves at Pass.MoveFor; the next one goes on.
 	Paced bool
+	// SwitchDone and SwitchRefused judge spec.SwitchTo (shards.Switch), once every member
+	// answered: the member serves its shard's slots, or why it will not.
+	SwitchDone    bool
+	SwitchRefused string
 	// RetiredEmpty: every member answered, no slot is served by any node but the members of the
 	// shards below spec.Shards (as every member sees the cluster: a node gone, still listed with
 	// slots, counts), and the members of the shards past it hold no key: those shards can go.
@@ -101,6 +105,7 @@ func (p Pass) Run(ctx context.Context, members []Member, spec shards.Spec) (Resu
 	}
 	if res.SlotsKnown {
 		res.SlotsToMove = shards.Misplaced(nodes, spec)
+		res.SwitchDone, res.SwitchRefused = shards.Switch(nodes, spec)
 	}
 	res.RetiredEmpty = res.SlotsKnown && retiredEmpty(seen, spec)
 	res.Whole = ok && len(res.Steps) == 0

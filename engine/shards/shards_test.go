@@ -94,8 +94,8 @@ func TestDecide(t *testing.T) {
 		want   []string
 		whyHas string // a part of the first step's Why
 	}{
-		{name: "a whole cluster needs nothing", nodes: func() []Node { return cluster(3, 2) }, spec: Spec{3, 2}},
-		{name: "a leaving primary hands its slots to its replica that stays", spec: Spec{3, 3},
+		{name: "a whole cluster needs nothing", nodes: func() []Node { return cluster(3, 2) }, spec: Spec{Shards: 3, PerShard: 2}},
+		{name: "a leaving primary hands its slots to its replica that stays", spec: Spec{Shards: 3, PerShard: 3},
 			nodes: func() []Node {
 				n := cluster(3, 3)
 				member(n, "c-1-0").Leaving = true
@@ -103,19 +103,19 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Failover c-1-2 → c-1-0"}, whyHas: "c-1-0, shard 1's primary, is leaving"},
-		{name: "a leaving replica, or a leaving primary without a replica, needs no handover", spec: Spec{3, 1},
+		{name: "a leaving replica, or a leaving primary without a replica, needs no handover", spec: Spec{Shards: 3, PerShard: 1},
 			nodes: func() []Node {
 				n := cluster(3, 1)
 				member(n, "c-0-0").Leaving = true
 				return n
 			}},
-		{name: "a member that does not answer is waited for", spec: Spec{3, 2},
+		{name: "a member that does not answer is waited for", spec: Spec{Shards: 3, PerShard: 2},
 			nodes: func() []Node { n := cluster(3, 2); member(n, "c-1-1").Observed = false; return n },
 			want:  []string{"Wait "}, whyHas: "c-1-1"},
-		{name: "new members are introduced to the first", spec: Spec{3, 2},
+		{name: "new members are introduced to the first", spec: Spec{Shards: 3, PerShard: 2},
 			nodes: func() []Node { return fresh(3, 2) },
 			want:  []string{"Meet c-0-0 → c-0-1", "Meet c-0-0 → c-1-0", "Meet c-0-0 → c-1-1", "Meet c-0-0 → c-2-0", "Meet c-0-0 → c-2-1"}},
-		{name: "introduced to the first, not to each other (a peer's old address kept): they meet directly", spec: Spec{2, 2},
+		{name: "introduced to the first, not to each other (a peer's old address kept): they meet directly", spec: Spec{Shards: 2, PerShard: 2},
 			nodes: func() []Node {
 				n := cluster(2, 2)
 				delete(member(n, "c-1-1").Known, "id-1-0")
@@ -123,7 +123,7 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Meet c-0-1 → c-1-1", "Meet c-1-1 → c-1-0"}, whyHas: "c-0-1 does not know c-1-1 at 10.0.1.1:6379"},
-		{name: "a new cluster, introduced: each shard's first member takes its even part", spec: Spec{3, 2},
+		{name: "a new cluster, introduced: each shard's first member takes its even part", spec: Spec{Shards: 3, PerShard: 2},
 			nodes: func() []Node {
 				n := cluster(3, 2)
 				for i := range n {
@@ -135,7 +135,7 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"AddSlots c-0-0 [0-5460]", "AddSlots c-1-0 [5461-10921]", "AddSlots c-2-0 [10922-16383]"}},
-		{name: "slots assigned: the others replicate their shard's primary", spec: Spec{3, 2},
+		{name: "slots assigned: the others replicate their shard's primary", spec: Spec{Shards: 3, PerShard: 2},
 			nodes: func() []Node {
 				n := cluster(3, 2)
 				for i := range n {
@@ -147,7 +147,7 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Replicate c-0-1 → c-0-0", "Replicate c-1-1 → c-1-0", "Replicate c-2-1 → c-2-0"}},
-		{name: "after the cluster's own failover the promoted replica is the shard's primary", spec: Spec{3, 2},
+		{name: "after the cluster's own failover the promoted replica is the shard's primary", spec: Spec{Shards: 3, PerShard: 2},
 			nodes: func() []Node {
 				n := cluster(3, 2)
 				old, promoted := member(n, "c-1-0"), member(n, "c-1-1")
@@ -156,7 +156,7 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Replicate c-1-0 → c-1-1"}},
-		{name: "a whole-cluster restart changed every address: introduced again", spec: Spec{2, 2},
+		{name: "a whole-cluster restart changed every address: introduced again", spec: Spec{Shards: 2, PerShard: 2},
 			nodes: func() []Node {
 				n := cluster(2, 2)
 				for i := range n {
@@ -165,7 +165,7 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Meet c-0-0 → c-0-1", "Meet c-0-0 → c-1-0", "Meet c-0-0 → c-1-1"}},
-		{name: "a member back with an empty volume: its old ID forgotten first", spec: Spec{2, 2},
+		{name: "a member back with an empty volume: its old ID forgotten first", spec: Spec{Shards: 2, PerShard: 2},
 			nodes: func() []Node {
 				n := cluster(2, 2)
 				back := member(n, "c-1-1")
@@ -173,7 +173,7 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Forget  → id-1-1"}},
-		{name: "then introduced, then made a replica again", spec: Spec{2, 2},
+		{name: "then introduced, then made a replica again", spec: Spec{Shards: 2, PerShard: 2},
 			nodes: func() []Node {
 				n := cluster(2, 2)
 				back := member(n, "c-1-1")
@@ -184,7 +184,7 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Meet c-0-0 → c-1-1"}},
-		{name: "the empty member, introduced, never takes slots: it replicates", spec: Spec{2, 2},
+		{name: "the empty member, introduced, never takes slots: it replicates", spec: Spec{Shards: 2, PerShard: 2},
 			nodes: func() []Node {
 				n := cluster(2, 2)
 				back := member(n, "c-1-1")
@@ -198,7 +198,7 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Replicate c-1-1 → c-1-0"}},
-		{name: "a node that is no member but still serves slots is waited for", spec: Spec{2, 2},
+		{name: "a node that is no member but still serves slots is waited for", spec: Spec{Shards: 2, PerShard: 2},
 			nodes: func() []Node {
 				n := cluster(2, 2)
 				n = append(n[:2], n[3:]...) // c-1-0 gone from the members (say, its pod and volume deleted)
@@ -208,7 +208,7 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Wait  → id-1-0"}, whyHas: "failover"},
-		{name: "a move both sides agree on is finished", spec: Spec{2, 1},
+		{name: "a move both sides agree on is finished", spec: Spec{Shards: 2, PerShard: 1},
 			nodes: func() []Node {
 				n := cluster(2, 1)
 				n[0].Migrating = map[int]string{100: "id-1-0", 101: "id-1-0"}
@@ -216,7 +216,7 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Move c-0-0 → c-1-0 [100-101]"}, whyHas: "finished"},
-		{name: "an import with keys already there is finished", spec: Spec{2, 1},
+		{name: "an import with keys already there is finished", spec: Spec{Shards: 2, PerShard: 1},
 			nodes: func() []Node {
 				n := cluster(2, 1)
 				n[1].Importing = map[int]string{7: "id-0-0"}
@@ -224,21 +224,21 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Move c-0-0 → c-1-0 [7]"}},
-		{name: "an import that moved nothing is closed", spec: Spec{2, 1},
+		{name: "an import that moved nothing is closed", spec: Spec{Shards: 2, PerShard: 1},
 			nodes: func() []Node {
 				n := cluster(2, 1)
 				n[1].Importing = map[int]string{7: "id-0-0"}
 				return n
 			},
 			want: []string{"Stable c-1-0 [7]"}, whyHas: "nothing"},
-		{name: "a migration the other side never opened is closed", spec: Spec{2, 1},
+		{name: "a migration the other side never opened is closed", spec: Spec{Shards: 2, PerShard: 1},
 			nodes: func() []Node {
 				n := cluster(2, 1)
 				n[0].Migrating = map[int]string{9: "id-1-0"}
 				return n
 			},
 			want: []string{"Stable c-0-0 [9]"}},
-		{name: "a migration whose target already holds keys, not importing any more, is finished", spec: Spec{2, 1},
+		{name: "a migration whose target already holds keys, not importing any more, is finished", spec: Spec{Shards: 2, PerShard: 1},
 			nodes: func() []Node {
 				n := cluster(2, 1)
 				n[0].Migrating = map[int]string{9: "id-1-0"}
@@ -246,7 +246,7 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Move c-0-0 → c-1-0 [9]"}},
-		{name: "three shards to four: each old shard gives the new one its surplus", spec: Spec{4, 2},
+		{name: "three shards to four: each old shard gives the new one its surplus", spec: Spec{Shards: 4, PerShard: 2},
 			nodes: func() []Node {
 				n := cluster(3, 2)
 				for s := 0; s < 2; s++ { // shard 3's members: introduced, replica attached, no slot yet
@@ -273,7 +273,7 @@ func TestDecide(t *testing.T) {
 			// Each old shard gives the new one its highest slots over its new count: 4,096 in all,
 			// not the 8,192 that redrawing the even ranges would move.
 			want: []string{"Move c-0-0 → c-3-0 [4096-5460]", "Move c-1-0 → c-3-0 [9557-10921]", "Move c-2-0 → c-3-0 [15018-16383]"}},
-		{name: "three shards to four: the new shard does not see the slots' owners yet", spec: Spec{4, 2},
+		{name: "three shards to four: the new shard does not see the slots' owners yet", spec: Spec{Shards: 4, PerShard: 2},
 			nodes: func() []Node {
 				n := cluster(3, 2)
 				for s := 0; s < 2; s++ {
@@ -297,7 +297,7 @@ func TestDecide(t *testing.T) {
 				return n // c-3-*'s Serving is empty
 			},
 			want: []string{"Wait "}, whyHas: "does not see"},
-		{name: "four shards to three: the last gives all its slots away", spec: Spec{3, 2},
+		{name: "four shards to three: the last gives all its slots away", spec: Spec{Shards: 3, PerShard: 2},
 			nodes: func() []Node { return cluster(4, 2) },
 			want:  []string{"Move c-3-0 → c-0-0 [15019-16383]", "Move c-3-0 → c-1-0 [13654-15018]", "Move c-3-0 → c-2-0 [12288-13653]"}},
 	} {
@@ -386,24 +386,24 @@ func TestDecideConverges(t *testing.T) {
 		}
 		return moved
 	}
-	run(Spec{3, 2})
+	run(Spec{Shards: 3, PerShard: 2})
 	for s := 3; s < 6; s++ { // three more shards' members start
 		for o := 0; o < 2; o++ {
 			nodes = append(nodes, Node{Member: fmt.Sprintf("c-%d-%d", s, o), Shard: s, Ordinal: o, Addr: fmt.Sprintf("10.0.%d.%d:6379", s, o),
 				Observed: true, ID: fmt.Sprintf("id-%d-%d", s, o), Primary: true, OK: true})
 		}
 	}
-	if n := Misplaced(nodes, Spec{6, 2}); n != Slots/2 {
+	if n := Misplaced(nodes, Spec{Shards: 6, PerShard: 2}); n != Slots/2 {
 		t.Fatalf("3 → 6 shards: %d slots misplaced; want half, %d", n, Slots/2)
 	}
-	if steps := Decide(nodes, Spec{6, 2}); Resharding(steps) {
+	if steps := Decide(nodes, Spec{Shards: 6, PerShard: 2}); Resharding(steps) {
 		t.Fatalf("new shards not yet met or attached, and already the reshard: %q", strs(steps))
 	}
 	// Each way moves only what the counts need: half the slots.
-	if n := run(Spec{6, 2}); n != Slots/2 {
+	if n := run(Spec{Shards: 6, PerShard: 2}); n != Slots/2 {
 		t.Errorf("3 → 6 shards moved %d slots; want %d", n, Slots/2)
 	}
-	if n := run(Spec{3, 2}); n != Slots/2 {
+	if n := run(Spec{Shards: 3, PerShard: 2}); n != Slots/2 {
 		t.Errorf("6 → 3 shards moved %d slots; want %d", n, Slots/2)
 	}
 	for _, n := range nodes {
@@ -543,12 +543,47 @@ func TestDecideSpreadsThePrimariesOverTheNodes(t *testing.T) {
 		}(), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			steps := Decide(tc.nodes, Spec{3, 2})
+			steps := Decide(tc.nodes, Spec{Shards: 3, PerShard: 2})
 			if got := strs(steps); !reflect.DeepEqual(got, tc.want) && !(len(got) == 0 && len(tc.want) == 0) {
 				t.Fatalf("Decide = %v; want %v", got, tc.want)
 			}
 			if !Serving(steps) {
 				t.Errorf("Serving(%v) = false: a spread's handover is a change of layout", strs(steps))
+			}
+		})
+	}
+}
+
+func TestSwitchoverHandsAShardToTheMemberAskedFor(t *testing.T) {
+	fourNodes := map[string]string{"c-0-0": "a", "c-0-1": "d", "c-1-0": "b", "c-1-1": "a", "c-2-0": "c", "c-2-1": "b"}
+	threeNodes := map[string]string{"c-0-0": "a", "c-1-1": "a", "c-1-0": "b", "c-2-1": "b", "c-2-0": "c", "c-0-1": "c"}
+	for _, tc := range []struct {
+		name    string
+		nodes   []Node
+		to      string
+		steps   []string
+		done    bool
+		refused string
+	}{
+		{"to a replica on a node without a primary: handed over", placed(fourNodes), "c-0-1", []string{"Failover c-0-1 → c-0-0"}, false, ""},
+		{"to the primary: done", placed(fourNodes), "c-0-0", nil, true, ""},
+		{"to no member: refused", placed(fourNodes), "c-9-0", nil, false, "c-9-0 is no member of the cache"},
+		{"to a replica whose node runs a primary, leaving a node without one: refused", placed(threeNodes), "c-0-1", nil, false,
+			"c-0-1 on node c would make it run 2 primaries of the cache while node a would run 0"},
+		{"to a replica not in sync: waits", func() []Node {
+			n := placed(fourNodes)
+			member(n, "c-0-1").InSync = false
+			return n
+		}(), "c-0-1", nil, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := Spec{Shards: 3, PerShard: 2, SwitchTo: tc.to}
+			if got := strs(Decide(tc.nodes, spec)); !reflect.DeepEqual(got, tc.steps) && !(len(got) == 0 && len(tc.steps) == 0) {
+				t.Errorf("Decide = %v; want %v", got, tc.steps)
+			}
+			done, refused := Switch(tc.nodes, spec)
+			if done != tc.done || !strings.HasPrefix(refused, tc.refused) || (tc.refused == "") != (refused == "") {
+				t.Errorf("Switch = %v, %q; want %v, %q…", done, refused, tc.done, tc.refused)
 			}
 		})
 	}
