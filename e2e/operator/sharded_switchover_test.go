@@ -13,9 +13,9 @@ import (
 	"example.com/cache-operator/e2e/framework"
 )
 
-// TestShardedCacheSwitchover: kubectl managedcache switchover of a sharded cache (4 shards × 2 on
-// the three real nodes, so that one node runs two primaries) names the replica to hand its shard
-// to. To a replica on a node with one primary, from a node with two: the operator hands the
+// TestShardedCacheSwitchover: kubectl managedcache switchover of a sharded cache (Valkey 8.1 in
+// cluster mode, 4 shards × 2 on the three real nodes, so that one node runs two primaries) names
+// the replica to hand its shard to. To a replica on a node with one primary, from a node with two: the operator hands the
 // shard over (CLUSTER FAILOVER) under a cluster writer, which loses nothing, and the spread phase
 // leaves it there. To a replica that would leave a node with none while another runs three (or
 // two more than one): refused, with the reason, and nothing moves. Without --to: refused.
@@ -27,7 +27,8 @@ func TestShardedCacheSwitchover(t *testing.T) {
 	startOperator(t, c, confined(t, c, ns)...)
 	deleteCachesOnCleanup(t, c, ns)
 	const name = "sw"
-	createShardedWith(t, c, ns, name, map[string]interface{}{"shards": int64(4)})
+	createShardedWith(t, c, ns, name, map[string]interface{}{"shards": int64(4),
+		"engine": map[string]interface{}{"name": "valkey", "version": "8.1"}})
 	pw := password(t, c, ns, name)
 	cc := clusterClient(net.JoinHostPort(clusterIP(t, c, ns, name+"-rw"), "6379"), pw)
 	defer cc.Close()
