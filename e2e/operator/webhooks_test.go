@@ -97,8 +97,11 @@ func TestAdmissionRulesThroughTheAPIServer(t *testing.T) {
 	if err := dryRun(sharded("three-shards", 3)); err != nil {
 		t.Errorf("v2 create of 3 shards: %v", err)
 	}
-	_, err = applyYAML(ctx, c, shardedWith("backed-up", 3, ", backup: {store: {secretName: s3}}"))
-	wantRejected(t, "v2 create of 3 shards with a backup", err, api.ShardedBackupNotServed)
+	if err := dryRun(shardedWith("backed-up", 3, ", backup: {store: {secretName: s3}}")); err != nil {
+		t.Errorf("v2 create of 3 shards with a backup: %v", err)
+	}
+	_, err = applyYAML(ctx, c, shardedWith("restored", 3, ", restore: {backup: b1}"))
+	wantRejected(t, "v2 create of 3 shards restoring a backup", err, api.ShardedRestoreNotServed)
 	if err := dryRun(shardedWith("hidden", 3, ", hibernate: true")); err != nil {
 		t.Errorf("v2 create of 3 shards hibernating: %v", err)
 	}

@@ -107,6 +107,10 @@ const (
 	ReasonJobMissing         = "JobMissing"
 	ReasonManifestUnreadable = "ManifestUnreadable"
 	ReasonCacheGone          = "CacheNotFound"
+	// ReasonBackupWaitsForReshard (Pending) and ReasonResharded (Failed): a sharded cache's
+	// backup waits for a reshard to finish; one that started during the backup fails it.
+	ReasonBackupWaitsForReshard = "ReshardRunning"
+	ReasonResharded             = "Resharded"
 	// ReasonCleanupFailed is the BackupsReady reason of a deletion that cannot delete the backups.
 	ReasonCleanupFailed = "CleanupFailed"
 )
@@ -199,7 +203,9 @@ var Conditions = []ConditionDoc{
 var BackupReasons = []Reason{
 	{ReasonFromReplica, "Running, Completed", "taken from a replica in sync with the primary"},
 	{ReasonFromPrimary, "Running, Completed", "taken from the primary: no replica was in sync (the primary forks)"},
-	{ReasonCacheNotReady, "Pending", "the cache has no member to take it from yet"},
+	{ReasonCacheNotReady, "Pending", "the cache has no member to take it from yet (a sharded cache: a shard has none)"},
+	{ReasonBackupWaitsForReshard, "Pending", "a sharded cache's reshard runs: the backup starts once every shard's slots are settled"},
+	{ReasonResharded, "Failed", "a sharded cache's slots moved while the backup ran (a reshard): its snapshots may not match the shards"},
 	{ReasonCacheGone, "Failed", "the cache it names does not exist"},
 	{ReasonNoBackupConfigured, "Failed", "the cache has no spec.backup.store"},
 	{ReasonStoreSecretInvalid, "Failed", "the store's Secret is missing or lacks a key"},

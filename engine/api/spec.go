@@ -75,7 +75,6 @@ func (s Spec) ShardedNotServed() string {
 		set  bool
 		what string
 	}{
-		{s.Backup != nil, ShardedBackupNotServed},
 		{s.Restore != nil, ShardedRestoreNotServed},
 	} {
 		if f.set {
@@ -90,7 +89,6 @@ const ShardedTLSChange = "spec.tls.enabled of a sharded cache is chosen when it 
 
 // What a sharded cache cannot have yet, in the words of the CRD's rules, the webhook and SpecFrom.
 const (
-	ShardedBackupNotServed  = "spec.backup: backups of sharded caches are not served by this version of cache-operator yet"
 	ShardedRestoreNotServed = "spec.restore: restoring into a sharded cache is not served by this version of cache-operator yet"
 )
 

@@ -186,3 +186,16 @@ func statusField[T any](mc *unstructured.Unstructured, field string) *T {
 	}
 	return &v
 }
+
+// RoundLag rounds a lag down to a power of two, and to 0 below 1 MiB: status must not change
+// with every write a busy cache takes.
+func RoundLag(lag int64) int64 {
+	if lag < 1<<20 {
+		return 0
+	}
+	p := int64(1 << 20)
+	for p*2 <= lag {
+		p *= 2
+	}
+	return p
+}

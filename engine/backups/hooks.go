@@ -143,6 +143,9 @@ func (c *Controller) ResolveRestore(ctx context.Context, mc *unstructured.Unstru
 		rs.Location, rs.StoreSecret, rs.Path = st.Location, st.StoreSecret, strings.TrimPrefix(st.Location, "s3://"+store.Bucket+"/")
 		rs.Checksum, rs.Bytes, rs.Keys, rs.Version = st.Checksum, st.Bytes, st.Keys, st.Version
 		rs.Refused = refusal(st.Engine, st.Version, spec)
+		if len(st.Shards) > 0 {
+			rs.Refused = fmt.Sprintf("ManagedCacheBackup %s is of a sharded cache (%d shards, one object each): it restores only into a sharded cache of as many shards, which this version of cache-operator does not serve yet; each shard's object is an RDB file that redis-check-rdb and other tools read", r.Backup, len(st.Shards))
+		}
 	} else {
 		store, cl, err := c.storeClient(ctx, ns, r.StoreSecret)
 		if err != nil {

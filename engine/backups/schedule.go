@@ -165,7 +165,12 @@ func (c *Controller) deleteBackup(ctx context.Context, b *unstructured.Unstructu
 			return err
 		}
 		key := strings.TrimPrefix(st.Location, "s3://"+store.Bucket+"/")
-		if err := objectstore.DeleteBackup(ctx, cl, store.Bucket, key); err != nil {
+		if len(st.Shards) > 0 && strings.HasSuffix(key, "/") {
+			// A sharded backup's folder: every shard's object and manifest.
+			if _, err := objectstore.DeleteFolder(ctx, cl, store.Bucket, key); err != nil {
+				return fmt.Errorf("deleting %s: %w", st.Location, err)
+			}
+		} else if err := objectstore.DeleteBackup(ctx, cl, store.Bucket, key); err != nil {
 			return fmt.Errorf("deleting %s: %w", st.Location, err)
 		}
 	}

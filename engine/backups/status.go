@@ -32,6 +32,8 @@ type backupStatus struct {
 	Location    string `json:"location,omitempty"`
 	StoreSecret string `json:"storeSecret,omitempty"`
 	Job         string `json:"job,omitempty"`
+	// Shards: a sharded cache's backup, one object per shard (sharded.go).
+	Shards []shardBackup `json:"shards,omitempty"`
 }
 
 func statusOfBackup(b *unstructured.Unstructured) backupStatus {

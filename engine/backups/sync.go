@@ -202,6 +202,9 @@ func (c *Controller) start(ctx context.Context, mc *unstructured.Unstructured, s
 		}
 		return 0, c.fail(ctx, mc, b, backupStatus{}, reason, err.Error())
 	}
+	if spec.Sharded() {
+		return c.startSharded(ctx, mc, spec, b, store)
+	}
 	member, host, fromPrimary, why := chooseMember(mc, c.opts.Render.ClusterDomain)
 	if member == "" {
 		st := backupStatus{Phase: api.BackupPending, Reason: api.ReasonCacheNotReady, Message: why}
@@ -210,23 +213,14 @@ func (c *Controller) start(ctx context.Context, mc *unstructured.Unstructured, s
 	key := store.ObjectKey(mc.GetNamespace(), mc.GetName(), b.GetName())
 	jobName := api.BackupJobName(b.GetName())
 	job, err := c.renderer.BackupJobFor(mc, b, spec, c.opts.Render, render.BackupJob{
-		Name: b.GetName(), JobName: jobName, Member: member, MemberHost: host, FromPrimary: fromPrimary,
-		StoreSecret: spec.Backup.StoreSecret, ObjectKey: key,
+		Name: b.GetName(), JobName: jobName, StoreSecret: spec.Backup.StoreSecret,
+		Parts: []render.BackupPart{{Container: "backup", Member: member, MemberHost: host, FromPrimary: fromPrimary, ObjectKey: key}},
 	})
 	if err != nil {
 		return 0, c.fail(ctx, mc, b, backupStatus{}, "RenderFailed", err.Error())
 	}
-	_, err = c.client.Resource(api.JobResource).Namespace(mc.GetNamespace()).Create(ctx, job, metav1.CreateOptions{FieldManager: api.FieldManager})
-	switch {
-	case apierrors.IsAlreadyExists(err):
-		// Started by an earlier pass whose status write the informer does not show yet: wait
-		// for it, unless the Job is old enough that the write must have been lost (the operator
-		// stopped between the two), which is then made now.
-		if existing := c.job(mc.GetNamespace(), jobName); existing == nil || c.opts.Now().Sub(existing.GetCreationTimestamp().Time) < 10*time.Second {
-			return 2 * time.Second, nil
-		}
-	case err != nil:
-		return 0, fmt.Errorf("Job/%s/%s: %w", mc.GetNamespace(), jobName, err)
+	if d, err := c.createJob(ctx, mc, job); d > 0 || err != nil {
+		return d, err
 	}
 	reason, msg := api.ReasonFromReplica, fmt.Sprintf("streaming replica %s, in sync with the primary", member)
 	if fromPrimary {
@@ -237,6 +231,23 @@ func (c *Controller) start(ctx context.Context, mc *unstructured.Unstructured, s
 	c.recorder.Eventf(b, corev1.EventTypeNormal, api.EventBackupStarted, "Backing up %s from %s to %s", mc.GetName(), member, st.Location)
 	c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventBackupStarted, "Backup %s: %s, to %s", b.GetName(), msg, st.Location)
 	return pollRunning, c.setStatus(ctx, b, st)
+}
+
+// createJob creates a backup's Job. A Job that exists already was started by an earlier pass
+// whose status write the informer does not show yet: it is waited for (a delay), unless it is old
+// enough that the write must have been lost (the operator stopped between the two), which the
+// caller then makes now.
+func (c *Controller) createJob(ctx context.Context, mc, job *unstructured.Unstructured) (time.Duration, error) {
+	_, err := c.client.Resource(api.JobResource).Namespace(mc.GetNamespace()).Create(ctx, job, metav1.CreateOptions{FieldManager: api.FieldManager})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		if existing := c.job(mc.GetNamespace(), job.GetName()); existing == nil || c.opts.Now().Sub(existing.GetCreationTimestamp().Time) < 10*time.Second {
+			return 2 * time.Second, nil
+		}
+	case err != nil:
+		return 0, fmt.Errorf("Job/%s/%s: %w", mc.GetNamespace(), job.GetName(), err)
+	}
+	return 0, nil
 }
 
 // chooseMember picks the member to back up from the cache's status: a replica in sync with the
@@ -280,6 +291,8 @@ func (c *Controller) watch(ctx context.Context, mc *unstructured.Unstructured, b
 		return 0, c.fail(ctx, mc, b, st, api.ReasonJobMissing, "the Job "+st.Job+" is gone")
 	}
 	switch {
+	case jobCondition(job, "Complete") && len(st.Shards) > 0:
+		return c.completeSharded(ctx, mc, b, st)
 	case jobCondition(job, "Complete"):
 		store, cl, err := c.storeClient(ctx, b.GetNamespace(), st.StoreSecret)
 		if err != nil {

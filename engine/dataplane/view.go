@@ -32,7 +32,7 @@ func observedView(members []roles.Member, act roles.Action) api.MembersView {
 			if m.Name == v.Primary {
 				s.Role = api.RolePrimary
 			} else if primaryOffset >= 0 && m.Repl.ReplID == primaryID {
-				s.LagBytes = roundLag(primaryOffset - m.Repl.Offset)
+				s.LagBytes = api.RoundLag(primaryOffset - m.Repl.Offset)
 			}
 		}
 		v.Members = append(v.Members, s)
@@ -70,15 +70,3 @@ func sampleOf(ns, name string, members []roles.Member, v api.MembersView, last *
 	return c
 }
 
-// roundLag rounds a lag down to a power of two, and to 0 below 1 MiB: status must not change
-// with every write a busy cache takes.
-func roundLag(lag int64) int64 {
-	if lag < 1<<20 {
-		return 0
-	}
-	p := int64(1 << 20)
-	for p*2 <= lag {
-		p *= 2
-	}
-	return p
-}

@@ -71,12 +71,23 @@ func restoreValues(mc *unstructured.Unstructured, spec api.Spec) *RestoreValues 
 type BackupJob struct {
 	// Name is the ManagedCacheBackup's, JobName its Job's.
 	Name, JobName string
+	// StoreSecret names the store's Secret.
+	StoreSecret string
+	// Parts are what the Job streams, a container each: one member of a primary/replica cache,
+	// one member of each shard of a sharded cache.
+	Parts []BackupPart
+}
+
+// BackupPart is one member streamed to one object.
+type BackupPart struct {
+	// Container names the Job's container ("backup"; "backup-s<shard>" for a shard).
+	Container string
 	// Member is the pod to back up, MemberHost its stable DNS name; FromPrimary says it is the
 	// primary (no replica was in sync).
 	Member, MemberHost string
 	FromPrimary        bool
-	// StoreSecret names the store's Secret; ObjectKey is where the data goes.
-	StoreSecret, ObjectKey string
+	// ObjectKey is where the data goes.
+	ObjectKey string
 }
 
 // BackupJobFor renders the Job that takes backup (a ManagedCacheBackup) of mc, owned by backup.

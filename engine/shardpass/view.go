@@ -48,15 +48,26 @@ func (res Result) Sample(ns, name string) metrics.CacheSample {
 }
 
 // View is what the pass found, for the cache's status (err: the pass's error): each member's role (primary: it serves
-// slots), whether the cluster is whole, and if not, the phase it needs or what it waits for.
+// slots; a replica's lag behind its primary, as a primary/replica cache's status rounds it), whether the cluster is
+// whole, and if not, the phase it needs or what it waits for.
 func (res Result) View(err error) api.MembersView {
 	v := api.MembersView{Observed: true, ClusterWhole: res.Serving && err == nil, SlotsToMove: int64(res.SlotsToMove),
 		SlotsKnown: res.SlotsKnown, RetiredEmpty: res.RetiredEmpty}
+	byID := map[string]Seen{}
+	for _, s := range res.Seen {
+		if s.Err == nil {
+			byID[s.View.ID] = s
+		}
+	}
 	for _, s := range res.Seen {
 		ms := api.MemberStatus{Name: s.Name, Role: api.RoleReplica}
 		switch {
 		case s.Err != nil:
 			ms.Role = "unknown"
+		case !s.View.Primary:
+			if p, ok := byID[s.View.PrimaryID]; ok && p.Repl.ReplID == s.Repl.ReplID {
+				ms.LagBytes = api.RoundLag(p.Repl.Offset - s.Repl.Offset)
+			}
 		case s.View.Primary:
 			ms.Role = api.RolePrimary
 			parts := make([]string, len(s.View.Slots))
