@@ -69,4 +69,3 @@ func sampleOf(ns, name string, members []roles.Member, v api.MembersView, last *
 	}
 	return c
 }
-
