@@ -450,6 +450,11 @@ down() {
 	log "down"
 }
 
+# control_ports_free: no process listens on the control plane's ports.
+control_ports_free() {
+	! ss -Hltn "( sport >= :$control_ports and sport <= :$((control_ports + 5)) )" | grep -q .
+}
+
 # restart stops the whole cluster (the real nodes with their pods, then the control plane) and
 # starts it again from its stored state, as after a power cut: etcd keeps every object.
 restart() {
@@ -457,6 +462,10 @@ restart() {
 	if [[ ${REAL_NODES:-1} == 1 ]]; then for n in "${real_nodes[@]}"; do stop_node "real-$n"; done; fi
 	log "stopping the control plane"
 	"$bin/kwokctl" stop cluster --name "$name"
+	# kwokctl signals the components and returns; an API server still draining its requests holds
+	# its port, and a new one started meanwhile fails to listen and is not started again (seen on
+	# a loaded machine: "bind: address already in use", then no API server).
+	wait_for 60 "the stopped control plane to let go of its ports" control_ports_free
 	log "starting the control plane"
 	"$bin/kwokctl" start cluster --name "$name"
 	wait_for 60 "the API server" "${kubectl[@]}" get --raw /readyz
