@@ -63,14 +63,15 @@ spec:
           labelSelector:
             matchLabels:
               {{- toYaml .MemberSelector | nindent 14 }}
-      {{- with and (not .Sharded) .Restore }}
+      {{- with .Restore }}
       # spec.restore: each member's volume is filled from the backup, its checksum and size
       # verified, before its server starts ("cache-operator restore"), as the snapshot dump.rdb;
       # once the restore completed the container does nothing. On the first member (the one
       # elected first) a missing, corrupt or truncated object fails it with the reason (its
       # termination message), so that the member never starts empty as if restored; any other
       # member then starts empty and syncs. The store's keys are optional: a member that does not
-      # restore needs none.
+      # restore needs none. In a sharded cache only each shard's first member loads its shard's
+      # object (RESTORE_ONLY): a member holding keys is a node that claims their slots.
       initContainers:
         - name: restore
           image: {{ $.OperatorImage | quote }}
@@ -84,6 +85,10 @@ spec:
                   fieldPath: metadata.name
             - name: RESTORE_MEMBER
               value: {{ .Member | quote }}
+            {{- if .Only }}
+            - name: RESTORE_ONLY
+              value: "true"
+            {{- end }}
             - name: DATA_DIR
               value: /data
             - name: OBJECT_KEY
@@ -197,6 +202,19 @@ spec:
               # A member whose volume came back empty is a new node without slots: the operator
               # forgets the old one and joins it to its shard as a replica.
               printf 'cluster-announce-ip %s\n' "$POD_IP" >> "$conf"
+              {{- if .Restore }}
+              # A shard's first member restored from a backup (dump.rdb, no AOF yet): the server
+              # starts with appendonly off, which loads the snapshot; as a new node it claims the
+              # slots it holds keys of, and the operator gives it the rest of its shard's slots in
+              # the backup and turns its AOF on once it is loaded. Once the AOF holds the data (a
+              # manifest), the snapshot's copy is not needed.
+              if [ -e /data/dump.rdb ] && [ ! -e /data/appendonlydir/appendonly.aof.manifest ]; then
+                echo "a restored snapshot on the volume: starting with it, the AOF off until the operator turns it on" >&2
+                printf 'appendonly no\n' >> "$conf"
+              else
+                rm -f /data/dump.rdb
+              fi
+              {{- end }}
               exec {{ include "server" . }}-server "$conf"
               {{- else }}
               {{- with .Restore }}

@@ -26,8 +26,9 @@ import (
 // primary, to one object each in the backup's folder. Its status lists each shard's slots (the
 // three cover every slot once), member, object, size, keys and checksum; each object's SHA-256 is
 // the one recorded, each shard's keys are exactly the filled keys whose slots it serves, and the
-// sums are the totals. With keep 1, a second backup deletes the first and every object in its
-// folder.
+// sums are the totals. A new cache of 3 shards restored from it serves every key, each shard the
+// slots it served; one of 4 shards is refused the backup. With keep 1, a second backup deletes
+// the first and every object in its folder.
 func TestShardedCacheBackup(t *testing.T) {
 	parallel(t)
 	c := framework.Setup(t)
@@ -132,6 +133,64 @@ func TestShardedCacheBackup(t *testing.T) {
 			len(shards), len(covered), sumKeys, st.Keys, st.Bytes, sumBytes, keys)
 	}
 
+	// A new cache of 3 shards restored from it: each shard's first member loads its shard's object,
+	// each shard serves the slots it served, every key is there. A cache of 4 shards is refused.
+	t1 := time.Now()
+	createShardedWith(t, c, ns, "rs", map[string]interface{}{"restore": map[string]interface{}{"backup": "bk-1"}})
+	var rs map[string]interface{}
+	framework.Eventually(t, time.Minute, "rs's restore completed", func() (bool, string, error) {
+		rs = restoreStatusOf(t, c, ns, "rs")
+		return rs["phase"] == "Completed", fmt.Sprint(rs), nil
+	})
+	restored := time.Since(t1)
+	rcc := clusterClient(net.JoinHostPort(clusterIP(t, c, ns, "rs-rw"), "6379"), password(t, c, ns, "rs"))
+	defer rcc.Close()
+	bad := checkFill(t, rcc, keys, size)
+	layout, err := rcc.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	servedBy := map[int64]string{} // slot → the restored cache's member serving it
+	for _, s := range layout {
+		for slot := int64(s.Start); slot <= int64(s.End); slot++ {
+			servedBy[slot] = s.Nodes[0].Addr
+		}
+	}
+	wrongShard := 0
+	for _, s := range shards {
+		var addr string
+		for _, r := range parseSlots(t, s.slots) {
+			for slot := r[0]; slot <= r[1]; slot++ {
+				if addr == "" {
+					addr = servedBy[slot]
+				}
+				if servedBy[slot] != addr {
+					wrongShard++
+				}
+			}
+		}
+	}
+	t.Logf("restored into a new cache of 3 shards: Ready %.1f s after its create; status.restore %s %q; %d of %d keys missing or changed; %d slots not served with the rest of their shard's",
+		restored.Seconds(), rs["phase"], rs["message"], bad, keys, wrongShard)
+	if rs["phase"] != "Completed" || bad > 0 || wrongShard > 0 {
+		t.Errorf("the restore: phase %v, %d keys missing or changed, %d slots apart from their shard", rs["phase"], bad, wrongShard)
+	}
+	if n := eventCount(t, c, ns, "rs", "Restored"); n == 0 {
+		t.Errorf("no Restored Event on the restored cache")
+	}
+	four := &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "cache.example.com/v2", "kind": "ManagedCache",
+		"metadata": map[string]interface{}{"name": "rs4", "namespace": ns},
+		"spec": map[string]interface{}{"engine": map[string]interface{}{"name": "redis", "version": "7.2"}, "shards": int64(4), "replicas": int64(2),
+			"storage": map[string]interface{}{"size": "1Gi"}, "restore": map[string]interface{}{"backup": "bk-1"}}}}
+	if _, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Create(ctx, four, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, "rs4's restore refused: 3 shards into 4", func() (bool, string, error) {
+		r := restoreStatusOf(t, c, ns, "rs4")
+		msg, _ := r["message"].(string)
+		return r["phase"] == "Failed" && strings.Contains(msg, "holds 3 shards and this cache has 4"), fmt.Sprint(r), nil
+	})
+
 	// keep 1: the next backup deletes this one, its folder with it.
 	folder := strings.TrimPrefix(st.Location, "s3://"+store.Bucket+"/")
 	createBackup(t, c, ns, "bk-2", name)
@@ -219,4 +278,15 @@ func objectSHA(t *testing.T, cl *minio.Client, bucket, location string) (string,
 		t.Fatalf("reading %s: %v", location, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), n
+}
+
+// restoreStatusOf is the cache's status.restore.
+func restoreStatusOf(t *testing.T, c *framework.Cluster, ns, name string) map[string]interface{} {
+	t.Helper()
+	mc, err := c.Dynamic.Resource(mcV2GVR).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, _ := unstructured.NestedMap(mc.Object, "status", "restore")
+	return r
 }

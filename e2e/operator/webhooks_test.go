@@ -100,8 +100,11 @@ func TestAdmissionRulesThroughTheAPIServer(t *testing.T) {
 	if err := dryRun(shardedWith("backed-up", 3, ", backup: {store: {secretName: s3}}")); err != nil {
 		t.Errorf("v2 create of 3 shards with a backup: %v", err)
 	}
-	_, err = applyYAML(ctx, c, shardedWith("restored", 3, ", restore: {backup: b1}"))
-	wantRejected(t, "v2 create of 3 shards restoring a backup", err, api.ShardedRestoreNotServed)
+	if err := dryRun(shardedWith("restored", 3, ", restore: {backup: b1}")); err != nil {
+		t.Errorf("v2 create of 3 shards restoring a backup: %v", err)
+	}
+	_, err = applyYAML(ctx, c, shardedWith("restored-path", 3, ", restore: {path: ns/c/b1.rdb, store: {secretName: s3}}"))
+	wantRejected(t, "v2 create of 3 shards restoring a path", err, api.ShardedRestorePathNotServed)
 	if err := dryRun(shardedWith("hidden", 3, ", hibernate: true")); err != nil {
 		t.Errorf("v2 create of 3 shards hibernating: %v", err)
 	}

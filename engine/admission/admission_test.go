@@ -136,9 +136,9 @@ func TestHandlerObjectsAndScale(t *testing.T) {
 			OldObject: runtime.RawExtension{Raw: []byte(`{"apiVersion":"cache.example.com/v2","kind":"ManagedCache","metadata":{"name":"s"},"spec":{"replicas":2,"shards":4,"engine":{"version":"7.2"}},` +
 				`"status":{"reshard":{"shards":4,"slotsMoved":100,"slotsToMove":3996}}}`)},
 			Object: runtime.RawExtension{Raw: []byte(`{"apiVersion":"cache.example.com/v2","kind":"ManagedCache","metadata":{"name":"s"},"spec":{"replicas":3,"shards":4,"engine":{"version":"7.2"}}}`)}}, ""},
-		{"v1 create of 3 shards restoring a backup", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create,
-			Object: v1(2, "8.0", `"cache.example.com/v2-spec":"{\"shards\":3,\"restore\":{\"backup\":\"b1\"},\"hibernate\":true}"`)},
-			api.ShardedRestoreNotServed},
+		{"v1 create of 3 shards restoring a path", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Create,
+			Object: v1(2, "8.0", `"cache.example.com/v2-spec":"{\"shards\":3,\"restore\":{\"path\":\"ns/c/b1.rdb\",\"store\":{\"secretName\":\"s3\"}},\"hibernate\":true}"`)},
+			api.ShardedRestorePathNotServed},
 		{"v2 update adding shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v2"}, Operation: admissionv1.Update, OldObject: v2(3, "7.2"),
 			Object: runtime.RawExtension{Raw: []byte(`{"apiVersion":"cache.example.com/v2","kind":"ManagedCache","metadata":{"name":"s"},"spec":{"replicas":3,"shards":3,"engine":{"version":"7.2"}}}`)}},
 			"spec.shards: cannot turn a primary/replica cache into a sharded cache of 3 shards"},

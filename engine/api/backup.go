@@ -89,6 +89,20 @@ type RestoreStatus struct {
 	Refused        string `json:"refused,omitempty"`
 	CompletionTime string `json:"completionTime,omitempty"`
 	Message        string `json:"message,omitempty"`
+	// Shards: a sharded cache restored from a sharded backup, one object per shard (Path is then
+	// the backup's folder).
+	Shards []RestoreShard `json:"shards,omitempty"`
+}
+
+// RestoreShard is one shard's object in status.restore.shards: its first member loads it, and
+// the shard serves the slots it served in the backup.
+type RestoreShard struct {
+	Shard    int64  `json:"shard"`
+	Slots    string `json:"slots"`
+	Path     string `json:"path"`
+	Checksum string `json:"checksum,omitempty"`
+	Bytes    int64  `json:"bytes,omitempty"`
+	Keys     int64  `json:"keys,omitempty"`
 }
 
 // The phases of a restore (status.restore.phase).

@@ -75,7 +75,7 @@ func (s Spec) ShardedNotServed() string {
 		set  bool
 		what string
 	}{
-		{s.Restore != nil, ShardedRestoreNotServed},
+		{s.Restore != nil && s.Restore.Path != "", ShardedRestorePathNotServed},
 	} {
 		if f.set {
 			out = append(out, f.what)
@@ -89,7 +89,7 @@ const ShardedTLSChange = "spec.tls.enabled of a sharded cache is chosen when it 
 
 // What a sharded cache cannot have yet, in the words of the CRD's rules, the webhook and SpecFrom.
 const (
-	ShardedRestoreNotServed = "spec.restore: restoring into a sharded cache is not served by this version of cache-operator yet"
+	ShardedRestorePathNotServed = "spec.restore.path: a sharded cache restores from a ManagedCacheBackup of a sharded cache (spec.restore.backup), one object per shard; a path names one object"
 )
 
 // Backup is spec.backup: where a cache's backups go, when, and how many stay.

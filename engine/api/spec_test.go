@@ -120,7 +120,7 @@ func TestShards(t *testing.T) {
 // The CRD's rules refuse what the operator does not serve for a sharded cache with the same words
 // as the operator.
 func TestCRDRefusesShardsWithTheSameWords(t *testing.T) {
-	for _, msg := range []string{ShardedRestoreNotServed, ShardedTLSChange} {
+	for _, msg := range []string{ShardedRestorePathNotServed, ShardedTLSChange} {
 		if want := `message: "` + msg + `"`; !strings.Contains(string(crd.ManagedCaches), want) {
 			t.Errorf("the CRD has no rule with %s", want)
 		}
@@ -132,9 +132,9 @@ func TestCRDRefusesShardsWithTheSameWords(t *testing.T) {
 func TestShardedNotServed(t *testing.T) {
 	spec := map[string]interface{}{"engine": map[string]interface{}{"version": "7.2"}, "shards": int64(3), "hibernate": true,
 		"tls": map[string]interface{}{"enabled": true}, "backup": map[string]interface{}{"store": map[string]interface{}{"secretName": "s3"}},
-		"restore": map[string]interface{}{"backup": "b1"}}
+		"restore": map[string]interface{}{"path": "ns/c/b1.rdb", "store": map[string]interface{}{"secretName": "s3"}}}
 	mc := &unstructured.Unstructured{Object: map[string]interface{}{"metadata": map[string]interface{}{"name": "c"}, "spec": spec}}
-	want := ShardedRestoreNotServed
+	want := ShardedRestorePathNotServed
 	if _, err := SpecFrom(mc); err == nil || err.Error() != want {
 		t.Errorf("SpecFrom: %v; want %q", err, want)
 	}

@@ -87,6 +87,9 @@ type MembersView struct {
 	// no step but a reshard's moves (Ready waits for it, as a primary/replica cache's waits for a
 	// primary).
 	ClusterWhole bool
+	// AOFOff names, for a sharded cache, a member that answered with its AOF off (it loaded a
+	// restored snapshot that no AOF holds yet; "": none): a restore is not over until it is on.
+	AOFOff string
 	// SlotsToMove, for a sharded cache, is what its reshard still has to move, when SlotsKnown
 	// (every member answered).
 	SlotsToMove int64

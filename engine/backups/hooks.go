@@ -143,9 +143,21 @@ func (c *Controller) ResolveRestore(ctx context.Context, mc *unstructured.Unstru
 		rs.Location, rs.StoreSecret, rs.Path = st.Location, st.StoreSecret, strings.TrimPrefix(st.Location, "s3://"+store.Bucket+"/")
 		rs.Checksum, rs.Bytes, rs.Keys, rs.Version = st.Checksum, st.Bytes, st.Keys, st.Version
 		rs.Refused = refusal(st.Engine, st.Version, spec)
-		if len(st.Shards) > 0 {
-			rs.Refused = fmt.Sprintf("ManagedCacheBackup %s is of a sharded cache (%d shards, one object each): it restores only into a sharded cache of as many shards, which this version of cache-operator does not serve yet; each shard's object is an RDB file that redis-check-rdb and other tools read", r.Backup, len(st.Shards))
+		for _, s := range st.Shards {
+			rs.Shards = append(rs.Shards, api.RestoreShard{Shard: s.Shard, Slots: s.Slots, Checksum: s.Checksum, Bytes: s.Bytes, Keys: s.Keys,
+				Path: strings.TrimPrefix(s.Location, "s3://"+store.Bucket+"/")})
 		}
+		switch {
+		case rs.Refused != "":
+		case len(st.Shards) > 0 && !spec.Sharded():
+			rs.Refused = fmt.Sprintf("ManagedCacheBackup %s is of a sharded cache (%d shards, one object each): it restores only into a sharded cache of as many shards; each shard's object is an RDB file that redis-check-rdb and other tools read", r.Backup, len(st.Shards))
+		case spec.Sharded() && len(st.Shards) == 0:
+			rs.Refused = fmt.Sprintf("ManagedCacheBackup %s is of a primary/replica cache (one keyspace): it restores only into a primary/replica cache; a sharded cache restores a backup of a sharded cache of as many shards", r.Backup)
+		case spec.Sharded() && int64(len(st.Shards)) != spec.Shards:
+			rs.Refused = fmt.Sprintf("ManagedCacheBackup %s holds %d shards and this cache has %d: a sharded backup restores into a cache of as many shards, each shard serving the slots it served (restore into %d shards, then change spec.shards: the operator reshards online)", r.Backup, len(st.Shards), spec.Shards, len(st.Shards))
+		}
+	} else if spec.Sharded() {
+		rs.Refused = "spec.restore.path: a sharded cache restores from a ManagedCacheBackup of a sharded cache (spec.restore.backup), whose status names each shard's object and slots"
 	} else {
 		store, cl, err := c.storeClient(ctx, ns, r.StoreSecret)
 		if err != nil {

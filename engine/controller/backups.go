@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -51,7 +52,11 @@ func (c *Controller) resolveRestore(ctx context.Context, mc *unstructured.Unstru
 			metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "failed")
 		}
 	} else {
-		c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventRestoreStarted, "Restoring %s (%d bytes, %d keys, %s) into %s", rs.Location, rs.Bytes, rs.Keys, rs.Version, api.RestoreMember(mc.GetName()))
+		into := api.RestoreMember(mc.GetName())
+		if spec.Sharded() {
+			into = restoredShards(mc, spec)
+		}
+		c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventRestoreStarted, "Restoring %s (%d bytes, %d keys, %s) into %s", rs.Location, rs.Bytes, rs.Keys, rs.Version, into)
 	}
 	out := mc.DeepCopy()
 	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(rs)
@@ -99,6 +104,20 @@ func (c *Controller) advanceRestore(mc *unstructured.Unstructured, spec api.Spec
 			initFailure = p.InitFailure
 		}
 	}
+	if spec.Sharded() {
+		// Each shard's first member loads its shard's object: the restore is over once the
+		// cluster is whole (every slot served, every shard with its members) with every
+		// member's AOF on; it failed when one of them could not restore.
+		member, primary, initFailure = restoredShards(mc, spec), "", ""
+		if viewOK && view.Observed && view.ClusterWhole && view.AOFOff == "" {
+			primary = member
+		}
+		for _, p := range c.informers.MemberPods(mc.GetNamespace(), mc.GetName()) {
+			if _, ordinal, ok := api.ShardMemberOf(mc.GetName(), p.Name); ok && ordinal == 0 && p.InitFailure != "" && initFailure == "" {
+				initFailure = p.Name + ": " + p.InitFailure
+			}
+		}
+	}
 	next := backups.RestoreProgress(*rs, member, primary, initFailure, time.Now())
 	if next.Phase == rs.Phase && next.Message == rs.Message {
 		return mc
@@ -107,7 +126,11 @@ func (c *Controller) advanceRestore(mc *unstructured.Unstructured, spec api.Spec
 	case next.Phase == rs.Phase:
 	case next.Phase == api.RestoreCompleted:
 		if c.firstRestoreOutcome(mc, "completed", rs.Location) {
-			c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventRestored, "Restored %s into %s, now the primary", rs.Location, member)
+			if spec.Sharded() {
+				c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventRestored, "Restored %s into %s: every shard serves the slots it served in the backup", rs.Location, member)
+			} else {
+				c.recorder.Eventf(mc, corev1.EventTypeNormal, api.EventRestored, "Restored %s into %s, now the primary", rs.Location, member)
+			}
 			metrics.RestoreFinished(mc.GetNamespace(), mc.GetName(), "completed")
 		}
 	case next.Phase == api.RestoreFailed && rs.Refused == "" && c.firstRestoreOutcome(mc, "failed", rs.Location):
@@ -157,4 +180,14 @@ func (c *Controller) cleanupBackups(ctx context.Context, mc *unstructured.Unstru
 		return werr
 	}
 	return err
+}
+
+// restoredShards names the members that load a sharded restore's objects, for its status and
+// Events: "the first members of the 3 shards (c-s0-0, ...)".
+func restoredShards(mc *unstructured.Unstructured, spec api.Spec) string {
+	names := make([]string, spec.Shards)
+	for i := range names {
+		names[i] = api.ShardSetName(mc.GetName(), i) + "-0"
+	}
+	return fmt.Sprintf("the first members of the %d shards (%s)", spec.Shards, strings.Join(names, ", "))
 }

@@ -72,7 +72,8 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 		MoveFor: reshardBudget,
 	}
 	switchTo := mc.GetAnnotations()[api.SwitchoverAnnotation]
-	res, err := pass.Run(ctx, members, shards.Spec{Shards: int(spec.Shards), PerShard: int(spec.Replicas), SwitchTo: switchTo})
+	res, err := pass.Run(ctx, members, shards.Spec{Shards: int(spec.Shards), PerShard: int(spec.Replicas), SwitchTo: switchTo,
+		Restored: restoredRanges(mc, spec)})
 	for _, s := range res.Seen {
 		metrics.MemberObserved(s.Err)
 	}
@@ -126,6 +127,24 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 		return 200 * time.Millisecond, nil // verify what was done, once gossip has spread it
 	}
 	return min(c.opts.Poll, 500*time.Millisecond), nil // gossip, or a member coming up
+}
+
+// restoredRanges is, while a restore from a sharded backup runs, the slots each shard served in
+// the backup (status.restore.shards); nil otherwise.
+func restoredRanges(mc *unstructured.Unstructured, spec api.Spec) [][]shards.Range {
+	rs := api.RestoreStatusOf(mc)
+	if spec.Restore == nil || rs == nil || rs.Phase == api.RestoreCompleted || len(rs.Shards) == 0 {
+		return nil
+	}
+	out := make([][]shards.Range, spec.Shards)
+	for _, s := range rs.Shards {
+		r, err := shards.ParseRanges(s.Slots)
+		if err != nil || s.Shard < 0 || s.Shard >= spec.Shards {
+			return nil // the restore's resolution refuses such a backup
+		}
+		out[s.Shard] = r
+	}
+	return out
 }
 
 // A reshard moves slots for reshardBudget per pass, then pauses reshardPause: its passes yield
@@ -209,9 +228,10 @@ func (c *Controller) keepSettings(ctx context.Context, ns, name, key string, res
 	members := make([]roles.Member, 0, len(res.Seen))
 	for _, s := range res.Seen {
 		m := pods[s.Name]
-		m.Observed = s.Err == nil
+		m.Observed, m.Repl = s.Err == nil, s.Repl
 		members = append(members, m)
 	}
+	c.enableAOF(ctx, members, cred) // a restored shard's first member loaded its object with the AOF off
 	live, liveOK := c.liveSettingsOf(ns, name, mem)
 	var rules credentials.Rules
 	if liveOK && live.usersErr == nil {

@@ -146,6 +146,25 @@ func AddSlots(ctx context.Context, c *redis.Client, from, to int) error {
 	return clusterDo(ctx, c, "ADDSLOTSRANGE", from, to)
 }
 
+// AddSlotRanges has the member serve every range ([from, to] each) in one CLUSTER ADDSLOTSRANGE
+// per 1,000 ranges: the server saves its configuration once per command, not once per range (a
+// restored shard's slots without keys can be thousands of ranges).
+func AddSlotRanges(ctx context.Context, c *redis.Client, ranges [][2]int) error {
+	for len(ranges) > 0 {
+		n := min(len(ranges), 1000)
+		args := make([]interface{}, 0, 2*n+1)
+		args = append(args, "ADDSLOTSRANGE")
+		for _, r := range ranges[:n] {
+			args = append(args, r[0], r[1])
+		}
+		if err := clusterDo(ctx, c, args...); err != nil {
+			return err
+		}
+		ranges = ranges[n:]
+	}
+	return nil
+}
+
 // ReplicateNode makes the member a replica of the node id (CLUSTER REPLICATE).
 func ReplicateNode(ctx context.Context, c *redis.Client, id string) error {
 	return clusterDo(ctx, c, "REPLICATE", id)

@@ -44,6 +44,17 @@ type RestoreValues struct {
 	State, StateKey string
 	// Done is the value of StateKey once the restore completed (api.RestoreDone).
 	Done string
+	// Only: Member alone restores (a sharded cache's shard: a member holding keys claims their
+	// slots, so the others start empty and sync).
+	Only bool
+}
+
+// restoreShards is status.restore.shards of a sharded cache whose restore resolved them.
+func restoreShards(mc *unstructured.Unstructured, spec api.Spec) []api.RestoreShard {
+	if rs := api.RestoreStatusOf(mc); spec.Sharded() && spec.Restore != nil && rs.Resolved() {
+		return rs.Shards
+	}
+	return nil
 }
 
 // restoreValues is the restore of a cache with spec.restore whose status resolved it; nil

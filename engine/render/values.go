@@ -81,6 +81,9 @@ type Values struct {
 	StoreEnv []StoreEnvVar
 	// Restore, when set, fills the first member from a backup before its server starts.
 	Restore *RestoreValues
+	// RestoreShards is, for a sharded cache's restore, each shard's object (ShardValues gives
+	// each shard's Restore from it).
+	RestoreShards []api.RestoreShard
 	// Backup is set only when rendering a backup Job.
 	Backup *BackupJob
 	// ClusterDomain is the cluster's DNS domain.
@@ -234,6 +237,7 @@ func NewValues(mc *unstructured.Unstructured, spec api.Spec, cfg Config, auth Au
 		BackupRateLimit:  cfg.BackupRateLimit,
 		StoreEnv:         storeEnv(),
 		Restore:          restoreValues(mc, spec),
+		RestoreShards:    restoreShards(mc, spec),
 		ClusterDomain:    domain,
 		Name:             name,
 		Namespace:        ns,
@@ -286,6 +290,21 @@ func (v Values) ShardValues() []Values {
 		s.MemberSelector = map[string]string{v.ShardLabel: s.Shard}
 		for k, val := range v.SelectorLabels {
 			s.MemberSelector[k] = val
+		}
+		if v.Restore != nil {
+			// The shard's first member loads the shard's object (status.restore.shards); a
+			// refused restore fails there with the reason.
+			r := *v.Restore
+			r.Member, r.Path, r.Checksum, r.Bytes, r.Only = api.ShardSetName(v.Name, i)+"-0", "", "", "", true
+			for _, sh := range v.RestoreShards {
+				if sh.Shard == int64(i) {
+					r.Path, r.Checksum = sh.Path, sh.Checksum
+					if sh.Bytes > 0 {
+						r.Bytes = strconv.FormatInt(sh.Bytes, 10)
+					}
+				}
+			}
+			s.Restore = &r
 		}
 		out[i] = s
 	}

@@ -259,12 +259,11 @@ func (p Pass) command(ctx context.Context, s shards.Step, byName map[string]Seen
 	case shards.Meet:
 		return member.Meet(ctx, p.Client(self.Member), s.Addr, target.BusPort)
 	case shards.AddSlots:
-		for _, r := range s.Slots {
-			if err := member.AddSlots(ctx, p.Client(self.Member), r.From, r.To); err != nil {
-				return err
-			}
+		rs := make([][2]int, len(s.Slots))
+		for i, r := range s.Slots {
+			rs[i] = [2]int{r.From, r.To}
 		}
-		return nil
+		return member.AddSlotRanges(ctx, p.Client(self.Member), rs)
 	case shards.Replicate:
 		return member.ReplicateNode(ctx, p.Client(self.Member), target.View.ID)
 	case shards.Failover:

@@ -61,6 +61,9 @@ func (res Result) View(err error) api.MembersView {
 	}
 	for _, s := range res.Seen {
 		ms := api.MemberStatus{Name: s.Name, Role: api.RoleReplica}
+		if s.Err == nil && s.Repl.AOFOff && v.AOFOff == "" {
+			v.AOFOff = s.Name
+		}
 		switch {
 		case s.Err != nil:
 			ms.Role = "unknown"

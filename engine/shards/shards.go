@@ -79,6 +79,10 @@ type Spec struct {
 	// SwitchTo names a member the user asked to be its shard's primary (the switchover
 	// annotation; "": none).
 	SwitchTo string
+	// Restored is, while a restore from a sharded backup runs, the slots each shard served in the
+	// backup (nil: no restore): the assign phase gives each shard's first member those of its
+	// slots no member claimed on loading the shard's object.
+	Restored [][]Range
 }
 
 // Kind is what a step does.
@@ -352,7 +356,10 @@ func isOpen(n Node, s int) bool {
 // ordinal) takes its even part. Slots nobody serves in a cluster that has any are not assigned
 // here: their data was on a shard that lost every member, and handing them to another would hide
 // that (the caller reports it).
-func assign(nodes []Node, _ map[string]*Node, spec Spec) []Step {
+func assign(nodes []Node, byID map[string]*Node, spec Spec) []Step {
+	if spec.Restored != nil {
+		return assignRestored(nodes, byID, spec)
+	}
 	for _, n := range nodes {
 		if len(n.Slots) > 0 {
 			return nil

@@ -588,3 +588,34 @@ func TestSwitchoverHandsAShardToTheMemberAskedFor(t *testing.T) {
 		})
 	}
 }
+
+func TestAssignRestoredGivesEachShardTheSlotsItsKeysDidNotClaim(t *testing.T) {
+	even := Even(3)
+	restored := [][]Range{{even[0]}, {even[1]}, {even[2]}}
+	decide := func(nodes []Node) []string {
+		byID := map[string]*Node{}
+		for i := range nodes {
+			byID[nodes[i].ID] = &nodes[i]
+		}
+		return strs(assign(nodes, byID, Spec{Shards: 3, PerShard: 2, Restored: restored}))
+	}
+	nodes := fresh(3, 2)
+	member(nodes, "c-0-0").Slots = []Range{{0, 0}, {5, 5}, {7, 7}} // claimed on loading keys of those slots
+	member(nodes, "c-2-0").Slots = []Range{{16383, 16383}}
+	want := []string{"AddSlots c-0-0 [1-4,6,8-5460]", "AddSlots c-1-0 [5461-10921]", "AddSlots c-2-0 [10922-16382]"}
+	if got := decide(nodes); !reflect.DeepEqual(got, want) {
+		t.Errorf("assign = %v; want %v", got, want)
+	}
+	member(nodes, "c-1-0").Slots = []Range{{3, 3}} // shard 0's slot, held by shard 1's member
+	if got := decide(nodes); len(got) != 1 || !strings.HasPrefix(got[0], "Wait") {
+		t.Errorf("a slot of shard 0's backup served by shard 1: assign = %v; want a Wait", got)
+	}
+	if r, err := ParseRanges("0-5460,16000,16001-16383"); err != nil || !reflect.DeepEqual(r, []Range{{0, 5460}, {16000, 16000}, {16001, 16383}}) {
+		t.Errorf("ParseRanges = %v, %v", r, err)
+	}
+	for _, bad := range []string{"", "5-1", "0-16384", "a-b"} {
+		if _, err := ParseRanges(bad); err == nil {
+			t.Errorf("ParseRanges(%q): no error", bad)
+		}
+	}
+}

@@ -39,6 +39,7 @@ const (
 	EnvExpectedBytes    = "EXPECTED_BYTES"
 	EnvRefused          = "RESTORE_REFUSED" // set: the operator refused the restore, saying why
 	EnvRestoreState     = "RESTORE_STATE"   // "completed": the cache's restore is done (the ConfigMap)
+	EnvRestoreOnly      = "RESTORE_ONLY"    // "true": only RESTORE_MEMBER restores (a shard's first member)
 	backupIdleTimeout   = 2 * time.Minute
 	backupNice          = 10
 	commandTotalTimeout = 6 * time.Hour
@@ -123,7 +124,8 @@ func tlsConfig(caFile, addr string) (*tls.Config, error) {
 // message) when the operator refused the restore or the object is missing, corrupt or truncated:
 // the server then never starts, so the cache never comes up empty as if restored. On any other
 // member a restore that fails leaves the directory empty and exits 0: that member syncs from the
-// primary instead (each member's own restore only spares the primary a full sync).
+// primary instead (each member's own restore only spares the primary a full sync). With
+// RESTORE_ONLY (a sharded cache's shard) no other member restores.
 func RestoreCommand(stdout, stderr io.Writer) int {
 	pod, member := os.Getenv(EnvPodName), os.Getenv(EnvRestoreMember)
 	if os.Getenv(EnvRestoreState) == api.RestoreDone {
@@ -131,6 +133,12 @@ func RestoreCommand(stdout, stderr io.Writer) int {
 		return 0
 	}
 	first := pod == member
+	if !first && os.Getenv(EnvRestoreOnly) == "true" {
+		// A sharded cache: a member holding keys is a node that claims their slots, so only the
+		// shard's first member loads the shard's object; the others start empty and sync from it.
+		fmt.Fprintf(stdout, "restore: %s loads the shard's object; %s starts empty and syncs from it\n", member, pod)
+		return 0
+	}
 	fail := func(err error) int {
 		if !first {
 			fmt.Fprintf(stdout, "restore: not restored here (%v); %s syncs from the primary\n", err, pod)
