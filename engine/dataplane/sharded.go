@@ -85,7 +85,10 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 	changes, discards := mem.shards.Observe(res, time.Now())
 	c.reportShardChanges(mc, mem, changes, discards)
 	if switchTo != "" && (res.SwitchDone || res.SwitchRefused != "") {
-		if res.SwitchRefused != "" {
+		if res.SwitchRefused != "" && mem.switchRefused != mc.GetResourceVersion() {
+			// Once per version of the cache: a pass on a copy the informer has not updated yet
+			// since the annotation went sees it again.
+			mem.switchRefused = mc.GetResourceVersion()
 			c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventSwitchoverFailed, "Switchover to %s refused: %s", switchTo, res.SwitchRefused)
 		}
 		if cerr := c.clearSwitchover(ctx, mc); cerr != nil {

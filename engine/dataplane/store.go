@@ -27,8 +27,10 @@ type reshardMemory struct {
 type roleMemory struct {
 	// reshard follows a sharded cache's reshard, for its Events.
 	reshard reshardMemory
-	// shards follows a sharded cache's primaries, for its failovers and discarded writes.
+	// shards follows a sharded cache's primaries, for its failovers and discarded writes;
+	// switchRefused is the cache's resourceVersion whose switchover was last refused.
 	shards            shardpass.Watch
+	switchRefused     string
 	unhealthySince    time.Time
 	lastPrimaryOffset int64
 	// lastPrimaryHistory is the replication ID of the last healthy primary seen; lastPrimary its
