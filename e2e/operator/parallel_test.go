@@ -48,6 +48,12 @@ const webhooksOnlyNamespace = "cache-e2e-webhooks-only"
 // webhooks, gone now).
 func confined(t *testing.T, c *framework.Cluster, ns string) []string {
 	t.Helper()
+	if top, _, _ := strings.Cut(t.Name(), "/"); !isParallel(top) {
+		// A serial test that started the shared operator would leave it serving webhooks that
+		// the next serial tests re-register to their own operators, gone when they end: every
+		// parallel test after would find no conversion webhook. startOperatorIn chooses.
+		t.Fatalf("confined is for parallel tests only; %s is serial: start its operator with startOperatorIn", top)
+	}
 	sharedWebhooks.once.Do(func() {
 		sharedWebhooks.op, sharedWebhooks.err = launch(c, "webhooks", true, inNamespace(webhooksOnlyNamespace)...)
 	})
@@ -55,6 +61,12 @@ func confined(t *testing.T, c *framework.Cluster, ns string) []string {
 		t.Fatalf("the parallel tests' webhooks: %v", sharedWebhooks.err)
 	}
 	return inNamespace(ns)
+}
+
+// isParallel reports whether the top-level test called parallel.
+func isParallel(top string) bool {
+	_, ok := parallelTests.Load(top)
+	return ok
 }
 
 // inNamespace returns the flags of an operator that reconciles ns only.
@@ -154,7 +166,7 @@ func parallel(t *testing.T) {
 func startOperatorIn(t *testing.T, c *framework.Cluster, ns string, args ...string) *operator {
 	t.Helper()
 	top, _, _ := strings.Cut(t.Name(), "/")
-	if _, ok := parallelTests.Load(top); ok {
+	if isParallel(top) {
 		args = append(confined(t, c, ns), args...)
 	}
 	return startOperator(t, c, args...)

@@ -34,7 +34,7 @@ func TestShardedCacheBackup(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "shbak")
-	startOperator(t, c, confined(t, c, ns)...)
+	startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	dumpBackupsOnFailure(t, c, ns)
 	store := c.ObjectStore(t)

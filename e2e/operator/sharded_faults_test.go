@@ -123,7 +123,7 @@ func TestShardedCachePartition(t *testing.T) {
 	c := framework.Setup(t)
 	ns := c.RealNamespace(t, "shpart")
 	metricsAddr := freeAddr(t)
-	startOperator(t, c, append(confined(t, c, ns), "--metrics-bind-address="+metricsAddr)...)
+	startOperatorIn(t, c, ns, "--metrics-bind-address="+metricsAddr)
 	deleteCachesOnCleanup(t, c, ns)
 	f := newShardedFaultCache(t, c, ns)
 	ctx := context.Background()
@@ -192,7 +192,7 @@ func TestShardedCachePartition(t *testing.T) {
 func TestShardedCacheNodeStop(t *testing.T) {
 	c := framework.Setup(t)
 	ns := c.RealNamespace(t, "shnode")
-	startOperator(t, c, confined(t, c, ns)...)
+	startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	f := newShardedFaultCache(t, c, ns)
 	ctx := context.Background()

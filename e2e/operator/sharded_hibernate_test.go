@@ -25,7 +25,7 @@ func TestShardedCacheHibernates(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "shhib")
-	startOperator(t, c, confined(t, c, ns)...)
+	startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	const name = "nap"
 	createSharded(t, c, ns, name)

@@ -25,7 +25,7 @@ func TestShardedCacheVersionRoll(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "shardroll")
-	startOperator(t, c, confined(t, c, ns)...)
+	startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	const name = "roll"
 	createSharded(t, c, ns, name)

@@ -24,7 +24,7 @@ func TestShardedCacheSwitchover(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "shswitch")
-	startOperator(t, c, confined(t, c, ns)...)
+	startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	const name = "sw"
 	createShardedWith(t, c, ns, name, map[string]interface{}{"shards": int64(4),

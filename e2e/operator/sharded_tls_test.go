@@ -34,7 +34,7 @@ func TestShardedCacheTLS(t *testing.T) {
 	c := framework.Setup(t)
 	ctx := context.Background()
 	ns := c.RealNamespace(t, "shtls")
-	startOperator(t, c, confined(t, c, ns)...)
+	startOperatorIn(t, c, ns)
 	deleteCachesOnCleanup(t, c, ns)
 	const name = "vault"
 	t0 := time.Now()
