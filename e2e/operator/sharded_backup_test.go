@@ -170,7 +170,7 @@ func TestShardedCacheBackup(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("restored into a new cache of 3 shards: Ready %.1f s after its create; status.restore %s %q; %d of %d keys missing or changed; %d slots not served with the rest of their shard's",
+	t.Logf("restored into a new cache of 3 shards: Ready %.1f s after its create; status.restore %v (message %v); %d of %d keys missing or changed; %d slots not served with the rest of their shard's",
 		restored.Seconds(), rs["phase"], rs["message"], bad, keys, wrongShard)
 	if rs["phase"] != "Completed" || bad > 0 || wrongShard > 0 {
 		t.Errorf("the restore: phase %v, %d keys missing or changed, %d slots apart from their shard", rs["phase"], bad, wrongShard)
