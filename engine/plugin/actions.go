@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -94,33 +95,46 @@ func (c *client) switchoverShard(ctx context.Context, mc *unstructured.Unstructu
 		return nil
 	}
 	start := c.now()
-	role := ""
+	refused := ""
+	// The operator clears the annotation once it has handed the shard over, or refused; the
+	// status that shows the new role is written after that, and a refusal is an Event.
 	err := c.waitFor(ctx, "the operator to hand the shard to "+to+" or refuse", func() (bool, string, error) {
 		mc, err := c.cache(ctx, name)
 		if err != nil {
 			return false, "", err
 		}
 		_, pending := mc.GetAnnotations()[api.SwitchoverAnnotation]
-		role = memberRole(mc, to)
-		return !pending, fmt.Sprintf("%s is %q, Ready %s", to, role, readyLine(mc)), nil
+		role := memberRole(mc, to)
+		if !pending && role != api.RolePrimary {
+			refused = c.switchoverRefusal(ctx, name, to, start)
+		}
+		return !pending && (role == api.RolePrimary || refused != ""), fmt.Sprintf("%s is %q, Ready %s", to, role, readyLine(mc)), nil
 	})
 	if err != nil {
 		return err
 	}
-	if role != api.RolePrimary {
-		why := "see kubectl describe managedcache " + name
-		if events, err := c.kube.CoreV1().Events(c.ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + api.EventSwitchoverFailed}); err == nil {
-			var last time.Time
-			for _, e := range events.Items {
-				if e.InvolvedObject.Name == name && e.LastTimestamp.Time.After(last) {
-					last, why = e.LastTimestamp.Time, e.Message
-				}
-			}
-		}
-		return fmt.Errorf("the switchover to %s was not done: %s", to, why)
+	if refused != "" {
+		return fmt.Errorf("the switchover to %s was not done: %s", to, refused)
 	}
 	fmt.Fprintf(c.out, "%s serves its shard's slots (%.1fs)\n", to, c.now().Sub(start).Seconds())
 	return nil
+}
+
+// switchoverRefusal is the message of the operator's SwitchoverFailed Event about a switchover
+// to member of cache name since start ("" when there is none).
+func (c *client) switchoverRefusal(ctx context.Context, name, member string, start time.Time) string {
+	events, err := c.kube.CoreV1().Events(c.ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + api.EventSwitchoverFailed})
+	if err != nil {
+		return ""
+	}
+	why, last := "", time.Time{}
+	for _, e := range events.Items {
+		at := e.LastTimestamp.Time
+		if e.InvolvedObject.Name == name && strings.Contains(e.Message, member) && !at.Before(start.Truncate(time.Second)) && at.After(last) {
+			why, last = e.Message, at
+		}
+	}
+	return why
 }
 
 // memberRole is the role status.members gives member ("" when it lists none).
