@@ -88,10 +88,32 @@ func TestShardedCacheHibernates(t *testing.T) {
 			moved++
 		}
 	}
+	// Once Ready, a member may still list another at no address for a moment (its new one not
+	// yet gossiped; seen once in a full run): a client's map of the slots read then points at
+	// ":6379". Measured here, reported in the closing note; the reads below use a fresh map that
+	// names every node.
+	readable := time.Now()
+	framework.Eventually(t, time.Minute, "every node in CLUSTER SLOTS at an address", func() (bool, string, error) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		slots, err := cc.ClusterSlots(cctx).Result()
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, sl := range slots {
+			for _, n := range sl.Nodes {
+				if host, _, _ := net.SplitHostPort(n.Addr); host == "" {
+					return false, fmt.Sprintf("slots %d-%d: node %s at %q", sl.Start, sl.End, n.ID, n.Addr), nil
+				}
+			}
+		}
+		return true, "", nil
+	})
+	cc.ReloadState(ctx)
 	bad := checkFill(t, cc, keys, size)
 	lost, acked := w.lost(t, cc)
-	t.Logf("hibernated (every member stopped) %.1f s after the patch; resumed, Ready %.1f s after the patch, %d of 6 members at a new address; %d of %d filled keys missing or changed; %d writes acknowledged up to the stop, %d lost; failures %v",
-		stopped.Seconds(), resumed.Seconds(), moved, bad, keys, acked, len(lost), w.failures())
+	t.Logf("hibernated (every member stopped) %.1f s after the patch; resumed, Ready %.1f s after the patch, every node at an address in the slots %.1f s after that, %d of 6 members at a new address; %d of %d filled keys missing or changed; %d writes acknowledged up to the stop, %d lost; failures %v",
+		stopped.Seconds(), resumed.Seconds(), time.Since(readable).Seconds(), moved, bad, keys, acked, len(lost), w.failures())
 	if bad > 0 || len(lost) > 0 {
 		t.Errorf("after the hibernation: %d filled keys missing or changed, %d acknowledged writes lost: %v", bad, len(lost), lost[:min(len(lost), 10)])
 	}
