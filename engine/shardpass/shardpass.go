@@ -12,7 +12,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -209,6 +211,9 @@ func (p Pass) nodes(ctx context.Context, seen []Seen) []shards.Node {
 			n.Observed, n.ID, n.Primary, n.PrimaryID = true, v.ID, v.Primary, v.PrimaryID
 			n.Migrating, n.Importing, n.Known, n.Serving, n.OK = v.Migrating, v.Importing, v.Known, v.Serving, v.State == "ok"
 			n.InSync = s.Repl.LinkUp
+			if !v.Primary && s.Repl.PrimaryHost != "" {
+				n.Follows = net.JoinHostPort(s.Repl.PrimaryHost, strconv.Itoa(s.Repl.PrimaryPort))
+			}
 			for _, r := range v.Slots {
 				n.Slots = append(n.Slots, shards.Range{From: r[0], To: r[1]})
 			}

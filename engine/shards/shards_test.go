@@ -156,6 +156,22 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Replicate c-1-0 → c-1-1"}},
+		{name: "a replica that took its primary's new address from gossip is pointed at it again", spec: Spec{Shards: 2, PerShard: 2},
+			nodes: func() []Node {
+				n := cluster(2, 2)
+				member(n, "c-1-1").Follows = "10.9.1.0:6379" // the address c-1-0 had before the restart
+				// c-0-0's old address is c-1-0's now: c-0-1 synced shard 1's keys from it.
+				member(n, "c-0-1").Follows, member(n, "c-0-1").InSync = "10.0.1.0:6379", true
+				return n
+			},
+			want: []string{"Replicate c-0-1 → c-0-0", "Replicate c-1-1 → c-1-0"}, whyHas: "still connects to"},
+		{name: "a replica syncing from its primary where it is is left to it", spec: Spec{Shards: 2, PerShard: 2},
+			nodes: func() []Node {
+				n := cluster(2, 2)
+				member(n, "c-1-1").Follows = "10.0.1.0:6379"
+				return n
+			},
+			want: nil},
 		{name: "a whole-cluster restart changed every address: introduced again", spec: Spec{Shards: 2, PerShard: 2},
 			nodes: func() []Node {
 				n := cluster(2, 2)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,4 +71,93 @@ func ClusterServer(t testing.TB, password string) (string, int) {
 	port, _ := strconv.Atoi(bus)
 	addr := Server(t, password, fmt.Sprintf("cluster-enabled yes\ncluster-config-file nodes.conf\ncluster-port %d\ncluster-node-timeout 2000\ncluster-allow-replica-migration no", port))
 	return addr, port
+}
+
+// Proc is a cluster-mode redis-server that a test stops and starts again, possibly on another
+// loopback address, with the same data directory (its nodes.conf): a member's pod restarted at a
+// new address. It announces the address it listens on (cluster-announce-ip), as members do.
+type Proc struct {
+	t             testing.TB
+	password, dir string
+	Host          string
+	Port, Bus     int
+	cmd           *exec.Cmd
+}
+
+// StartCluster runs a cluster-mode redis-server on host (a loopback address) until Stop or the
+// test's end.
+func StartCluster(t testing.TB, password, host string) *Proc {
+	t.Helper()
+	ports := FreePorts(t, host, 2)
+	p := &Proc{t: t, password: password, dir: t.TempDir(), Port: ports[0], Bus: ports[1]}
+	t.Cleanup(p.Stop)
+	p.Start(host)
+	return p
+}
+
+// Addr is the server's address now.
+func (p *Proc) Addr() string { return net.JoinHostPort(p.Host, strconv.Itoa(p.Port)) }
+
+// Start starts the server on host with its ports and data directory and waits until it answers.
+func (p *Proc) Start(host string) {
+	p.t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		p.t.Fatalf("redis-server is needed (Debian package redis-server): %v", err)
+	}
+	p.Host = host
+	p.cmd = exec.Command(path, "-")
+	p.cmd.Stdin = strings.NewReader(fmt.Sprintf("port %d\nbind %s\ndir %s\nsave \"\"\nappendonly no\nrequirepass %q\nmasterauth %q\n"+
+		"cluster-enabled yes\ncluster-config-file nodes.conf\ncluster-port %d\ncluster-node-timeout 2000\ncluster-allow-replica-migration no\ncluster-announce-ip %s\n",
+		p.Port, host, p.dir, p.password, p.password, p.Bus, host))
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	cl := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: p.password, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
+	defer cl.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := cl.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("redis-server on %s did not answer: %v", p.Addr(), err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a starting server, with a deadline
+	}
+}
+
+// Stop stops the server (SIGTERM: it saves its nodes.conf) and waits for it to exit.
+func (p *Proc) Stop() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Wait()
+	p.cmd = nil
+}
+
+// Dir is the server's data directory (its nodes.conf).
+func (p *Proc) Dir() string { return p.dir }
+
+// FreePorts returns n ports free on host now.
+func FreePorts(t testing.TB, host string, n int) []int {
+	t.Helper()
+	var out []int
+	var ls []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
 }
