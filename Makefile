@@ -112,3 +112,11 @@ FOREIGN ?= 0
 .PHONY: bench
 bench: build cluster-bin ## N caches on a fresh KWOK cluster against the oracle (N=100,300,1000 RUNS=3 FOREIGN=10000 ...); see BENCHMARKS.md
 	$(GO) run ./bench -n "$(N)" -runs $(RUNS) -foreign $(FOREIGN)
+
+MIB ?= 1024
+.PHONY: bench-reshard
+bench-reshard: prereqs build cluster-bin ## a sharded cache holding MIB MiB (default 1024) resharded 3 → 6 → 3 shards under a writer on a fresh cluster cache-test: each move's time, MiB/s, p99, writes lost
+	@$(TEST_CLUSTER) localcluster/cluster.sh down >/dev/null
+	@$(TEST_CLUSTER) localcluster/cluster.sh up
+	$(E2E_ENV) CACHE_E2E_RESHARD_MIB=$(MIB) $(GO) test $(GO_TEST_FLAGS) -count=1 -timeout 3h -v -run '^TestReshardLarge$$' ./e2e/operator/
+	@$(TEST_CLUSTER) localcluster/cluster.sh down >/dev/null

@@ -69,7 +69,7 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 	pass := shardpass.Pass{
 		Client:      func(m shardpass.Member) *redis.Client { return c.memberClient(pods[m.Name], cred) },
 		MigrateUser: api.InternalUser, MigratePassword: cred.Internal,
-		MoveFor: reshardBudget,
+		MoveFor: reshardBudget, MoveShare: reshardShare,
 	}
 	switchTo := mc.GetAnnotations()[api.SwitchoverAnnotation]
 	res, err := pass.Run(ctx, members, shards.Spec{Shards: int(spec.Shards), PerShard: int(spec.Replicas), SwitchTo: switchTo,
@@ -151,11 +151,13 @@ func restoredRanges(mc *unstructured.Unstructured, spec api.Spec) [][]shards.Ran
 }
 
 // A reshard moves slots for reshardBudget per pass, then pauses reshardPause: its passes yield
-// the member worker to other caches, read the members again each time, and leave the primaries
-// a tenth of the time with no MIGRATE at all.
+// the member worker to other caches and read the members again each time. Within a pass its
+// MIGRATEs take at most reshardShare of the primaries' time (a wait as long as each MIGRATE
+// after it), so that their clients' writes are not held behind one move after another.
 const (
 	reshardBudget = time.Second
 	reshardPause  = 100 * time.Millisecond
+	reshardShare  = 0.5
 )
 
 // reportShardChanges reports the shards whose primary changed and the writes former primaries

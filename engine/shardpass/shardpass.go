@@ -91,6 +91,10 @@ type Pass struct {
 	// many passes, so that it yields the member worker to other caches, and each pass reads the
 	// members again (a member that stops is seen within one budget).
 	MoveFor time.Duration
+	// MoveShare is the share of the two primaries' time a move may take (0: no bound): after a
+	// MIGRATE that took d the pass waits d×(1-MoveShare)/MoveShare, during which the primaries
+	// serve only their clients.
+	MoveShare float64
 }
 
 // Run reads every member, decides and carries out one phase. A step that fails stops the phase
@@ -307,7 +311,7 @@ func (p Pass) move(ctx context.Context, s shards.Step, byName map[string]Seen, d
 		}
 		round := all[:min(SlotsPerMove, len(all))]
 		n, err := member.MoveSlots(ctx, p.Client(self.Member), p.Client(target.Member), self.View.ID, target.View.ID, target.Addr,
-			p.MigrateUser, p.MigratePassword, round, batch)
+			p.MigrateUser, p.MigratePassword, round, batch, p.pace(ctx))
 		keys += n
 		if err != nil {
 			return keys, slots, err
@@ -316,6 +320,21 @@ func (p Pass) move(ctx context.Context, s shards.Step, byName map[string]Seen, d
 		all = all[len(round):]
 	}
 	return keys, slots, nil
+}
+
+// pace returns the pacer of MoveSlots for MoveShare (nil: none).
+func (p Pass) pace(ctx context.Context) func(time.Duration) {
+	if p.MoveShare <= 0 || p.MoveShare >= 1 {
+		return nil
+	}
+	return func(took time.Duration) {
+		wait := time.NewTimer(time.Duration(float64(took) * (1 - p.MoveShare) / p.MoveShare))
+		defer wait.Stop()
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+		}
+	}
 }
 
 // SlotsPerMove is how many slots move together: each step of a move (import, migrate, own) is one

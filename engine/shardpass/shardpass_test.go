@@ -92,7 +92,7 @@ func TestClusterFormsAndReshardsOnLocalServers(t *testing.T) {
 	ctx := context.Background()
 	lc := &localCluster{t: t, password: "cluster-test-pw", clients: map[string]*redis.Client{}}
 	lc.pass = Pass{Client: func(m Member) *redis.Client { return lc.clients[m.Name] }, MigratePassword: lc.password,
-		MoveFor: 500 * time.Millisecond}
+		MoveFor: 500 * time.Millisecond, MoveShare: 0.5}
 	for s := 0; s < 3; s++ {
 		lc.start(s, 2)
 	}
