@@ -93,15 +93,17 @@ test-e2e: cluster-bin ## end-to-end tests on a fresh cluster cache-test (deleted
 
 FAULTS ?= 60
 SEED ?=
+SHARDED_FAULTS ?= 24
 .PHONY: chaos
-chaos: prereqs cluster-bin ## the fault campaign: FAULTS randomized faults (default 60; SEED=n replays an order) on a fresh cluster cache-test; table in .test/chaos.md
+chaos: prereqs cluster-bin ## the fault campaigns: FAULTS randomized faults (default 60) on a cache, then SHARDED_FAULTS (default 24; 0: none) on a sharded one, on a fresh cluster cache-test (SEED=n replays an order); tables in .test/chaos*.md
 	@$(TEST_CLUSTER) localcluster/cluster.sh down >/dev/null
 	@$(TEST_CLUSTER) localcluster/cluster.sh up
 	@mkdir -p .test
 	$(E2E_ENV) CACHE_E2E_CHAOS_FAULTS=$(FAULTS) CACHE_E2E_CHAOS_SEED=$(SEED) CACHE_E2E_CHAOS_TABLE=$(ROOT)/.test/chaos.md \
-		$(GO) test $(GO_TEST_FLAGS) -timeout 4h -v -run TestFaultCampaign ./e2e/operator/
+		CACHE_E2E_CHAOS_SHARDED_FAULTS=$(SHARDED_FAULTS) CACHE_E2E_CHAOS_SHARDED_TABLE=$(ROOT)/.test/chaos-sharded.md \
+		$(GO) test $(GO_TEST_FLAGS) -timeout 6h -v -run '^(TestFaultCampaign|TestShardedFaultCampaign)$$' ./e2e/operator/
 	@$(TEST_CLUSTER) localcluster/cluster.sh down >/dev/null
-	@cat .test/chaos.md
+	@cat .test/chaos.md; if [ -f .test/chaos-sharded.md ]; then cat .test/chaos-sharded.md; fi
 
 E2E_ENV := CACHE_E2E=1 CACHE_E2E_CLUSTER_DIR=$(ROOT)/.cluster-test CACHE_E2E_CLUSTER_NAME=cache-test OBJECTSTORE_DIR=$(TEST_OBJECTSTORE)
 
