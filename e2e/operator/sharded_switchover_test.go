@@ -57,19 +57,36 @@ func TestShardedCacheSwitchover(t *testing.T) {
 		}
 		return most-least <= 1, fmt.Sprintf("primaries per node %v", l.perNode), nil
 	})
-	var good, bad string
+	var good string
 	var goodShard int
-	for shard, p := range l.primary {
-		r := shardPeerOf(t, c, ns, name, p)
-		switch {
-		case l.perNode[p.Spec.NodeName] == 2 && l.perNode[r.Spec.NodeName] == 1 && good == "":
+	for shard := range len(tags) {
+		p := l.primary[shard]
+		if r := shardPeerOf(t, c, ns, name, p); l.perNode[p.Spec.NodeName] == 2 && l.perNode[r.Spec.NodeName] == 1 {
 			good, goodShard = r.Name, shard
-		case l.perNode[p.Spec.NodeName] == 1 && bad == "":
-			bad = r.Name
+			break
 		}
 	}
-	if good == "" || bad == "" {
-		t.Fatalf("no replica to switch to and none to refuse in the layout %v (primaries %v)", l.perNode, l.primary)
+	if good == "" {
+		t.Fatalf("no replica to switch to in the layout %v (primaries %v)", l.perNode, l.primary)
+	}
+	// unspread is a replica whose switchover, in layout m, would leave a node with two primaries
+	// more than another ("": none).
+	unspread := func(m layout) string {
+		for shard := range len(tags) {
+			p := m.primary[shard]
+			r := shardPeerOf(t, c, ns, name, p)
+			counts := map[string]int{"real-a": m.perNode["real-a"], "real-b": m.perNode["real-b"], "real-c": m.perNode["real-c"]}
+			counts[p.Spec.NodeName]--
+			counts[r.Spec.NodeName]++
+			most, least := 0, len(tags)
+			for _, n := range counts {
+				most, least = max(most, n), min(least, n)
+			}
+			if most-least >= 2 {
+				return r.Name
+			}
+		}
+		return ""
 	}
 
 	dir := pluginPath(t)
@@ -94,6 +111,12 @@ func TestShardedCacheSwitchover(t *testing.T) {
 	}
 	if p := currentPrimary(t, c, ctx, cc, ns, name, tags[goodShard]); p.Name != good {
 		t.Errorf("after the switchover shard %d is served by %s; want %s", goodShard, p.Name, good)
+	}
+	// The layout the switchover left: a replica whose switchover would unspread it.
+	l = read()
+	bad := unspread(l)
+	if bad == "" {
+		t.Fatalf("no replica whose switchover would unspread the layout %v (primaries %v)", l.perNode, l.primary)
 	}
 	out2, err := mc("switchover", name, "--to", bad)
 	if err == nil || !strings.Contains(out2, "would make it run") {
