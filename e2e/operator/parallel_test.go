@@ -91,7 +91,7 @@ const parallelSlots = 4
 // longestFirst are the parallel tests that take longest, started first so that the phase does
 // not end with one of them alone (measured: the backup schedule, started last, kept the two
 // cores 70 % idle for its last two minutes). The others follow in go test's order.
-var longestFirst = []string{"TestDeletingAChildCostsNothing", "TestRoutingThroughServices", "TestTLSTurnedOnAndOff",
+var longestFirst = []string{"TestBackupOneGiB", "TestDeletingAChildCostsNothing", "TestRoutingThroughServices", "TestTLSTurnedOnAndOff",
 	"TestBackupAndRestoreOnEachEngine", "TestPasswordRotation", "TestInternalPasswordRotation"}
 
 // light are parallel tests that mostly wait (the backup schedule keeps 13 % of the machine busy)

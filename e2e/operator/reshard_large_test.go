@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,6 +49,9 @@ func TestReshardLarge(t *testing.T) {
 	t.Logf("filled %d keys of %d bytes (%d MiB) in %.1f s", keys, size, mib, time.Since(t0).Seconds())
 	before := fillFingerprint(t, cc, keys)
 
+	// The idle figure is taken once the fill's aftermath is over: no member rewriting its AOF or
+	// saving a snapshot (a fork stalls its server), every replica linked and synced.
+	quiet(t, cc, 5*time.Minute)
 	w := startClusterWriter(cc, nil, 5_000_000, 90*time.Minute)
 	defer w.halt()
 	idleFrom := time.Now()
@@ -162,4 +166,35 @@ func fillFingerprint(t *testing.T, cc *redis.ClusterClient, n int) [32]byte {
 	var out [32]byte
 	copy(out[:], h.Sum(nil))
 	return out
+}
+
+// quiet waits until no member of the cluster forks (an AOF rewrite or a snapshot in progress) and
+// every replica is linked to its primary with no sync in progress.
+func quiet(t *testing.T, cc *redis.ClusterClient, timeout time.Duration) {
+	t.Helper()
+	framework.Eventually(t, timeout, "every member quiet: no AOF rewrite or snapshot, every replica synced", func() (bool, string, error) {
+		var mu sync.Mutex
+		var busy []string
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+			info, err := n.Info(ctx, "persistence", "replication").Result()
+			if err != nil {
+				return err
+			}
+			for _, bad := range []string{"aof_rewrite_in_progress:1", "aof_rewrite_scheduled:1", "rdb_bgsave_in_progress:1",
+				"master_sync_in_progress:1", "master_link_status:down"} {
+				if strings.Contains(info, bad) {
+					mu.Lock()
+					busy = append(busy, n.Options().Addr+" "+bad)
+					mu.Unlock()
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return len(busy) == 0, fmt.Sprintf("busy: %v", busy), nil
+	})
 }
