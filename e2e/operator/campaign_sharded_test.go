@@ -34,6 +34,10 @@ import (
 
 const shardedChaosCache = "sx"
 
+// chaosFill is how many keys of 1 KiB the sharded campaign's cache holds besides the writer's (a
+// reshard's moves last several seconds), read back at the end.
+const chaosFill = 50_000
+
 // shardedCampaign is a campaign on a sharded cache: its cluster client, one hash tag per shard
 // of the first layout (each keeps its slot through reshards), the writer and the shard count now.
 type shardedCampaign struct {
@@ -60,12 +64,17 @@ var shardedFaults = []shardedFault{
 		return t0
 	}},
 	{name: "node stop and start", dies: true, inject: func(sc *shardedCampaign) time.Time {
-		tag := sc.tags[sc.rng.Intn(len(sc.tags))]
-		p := currentPrimary(sc.t, sc.c, context.Background(), sc.cc, sc.ns, shardedChaosCache, tag)
+		// The node under a primary whose node runs fewer than half the primaries: a node with
+		// half or more (two of four shards' on three nodes) leaves no majority to fail them
+		// over, and those shards wait for it (the operations page says so).
+		node, slot, addr := sc.minorityPrimary()
 		t0 := time.Now()
-		sc.c.StopNode(sc.t, p.Spec.NodeName)
-		sc.waitServedNotBy(tag, p.Name, time.Minute)
-		sc.c.StartNode(sc.t, p.Spec.NodeName)
+		sc.c.StopNode(sc.t, node)
+		framework.Eventually(sc.t, time.Minute, fmt.Sprintf("slot %d served by another member than %s", slot, addr), func() (bool, string, error) {
+			now, err := servedBy(sc.cc, slot)
+			return err == nil && now != addr, fmt.Sprintf("served by %s (%v)", now, err), nil
+		})
+		sc.c.StartNode(sc.t, node)
 		return t0
 	}},
 	{name: "asymmetric partition of a primary", dies: true, inject: func(sc *shardedCampaign) time.Time {
@@ -102,10 +111,20 @@ var shardedFaults = []shardedFault{
 		leader := sc.leader()
 		t0 := time.Now()
 		patchShards(sc.t, sc.c, sc.ns, shardedChaosCache, to)
+		// The campaign's data set (chaosFill) makes the moves last several seconds; a reshard
+		// seen over already (no status.reshard, every slot placed) is logged, and the kill then
+		// strikes after it.
+		var during bool
 		framework.Eventually(sc.t, 2*time.Minute, "status.reshard with slots moved", func() (bool, string, error) {
 			r := reshardStatus(sc.t, sc.c, sc.ns, shardedChaosCache)
-			return r != nil && r.Shards == int64(to) && r.SlotsMoved > 0, fmt.Sprintf("status.reshard %+v", r), nil
+			during = r != nil && r.Shards == int64(to) && r.SlotsMoved > 0
+			counts, err := shardSlotCounts(context.Background(), sc.cc)
+			over := r == nil && err == nil && len(counts) == to
+			return during || over, fmt.Sprintf("status.reshard %+v, slots per primary %v", r, counts), nil
 		})
+		if !during {
+			sc.t.Logf("operator SIGKILL mid-move: the reshard to %d shards was over before the kill", to)
+		}
 		sc.kill(leader, syscall.SIGKILL)
 		sc.shards = to
 		return t0
@@ -168,6 +187,7 @@ func TestShardedFaultCampaign(t *testing.T) {
 	cc := clusterClient(net.JoinHostPort(clusterIP(t, c, cp.ns, shardedChaosCache+"-rw"), "6379"), password(t, c, cp.ns, shardedChaosCache))
 	defer cc.Close()
 	tags := shardTags(t, ctx, cc, 3)
+	fillCluster(t, cc, chaosFill, 1024)
 	budget := time.Duration(count)*3*time.Minute + 5*time.Minute
 	sc := &shardedCampaign{campaign: cp, cc: cc, tags: tags, shards: 3,
 		w: startClusterWriter(cc, tags, 50_000_000, budget)}
@@ -239,6 +259,9 @@ func TestShardedFaultCampaign(t *testing.T) {
 		}
 	}
 	sc.w.halt()
+	if bad := checkFill(t, cc, chaosFill, 1024); bad > 0 {
+		t.Errorf("%d of the %d filled keys missing or changed after the campaign", bad, chaosFill)
+	}
 
 	var table strings.Builder
 	fmt.Fprintf(&table, "| sharded fault | count | s until every shard took writes again p50 | max | acknowledged writes lost |\n|---|---|---|---|---|\n")
@@ -263,6 +286,62 @@ func TestShardedFaultCampaign(t *testing.T) {
 // primary is the pod serving a random shard tag's slot.
 func (sc *shardedCampaign) primary() corev1.Pod {
 	return currentPrimary(sc.t, sc.c, context.Background(), sc.cc, sc.ns, shardedChaosCache, sc.tags[sc.rng.Intn(len(sc.tags))])
+}
+
+// minorityPrimary picks a primary at random among those whose node runs fewer than half the
+// primaries, and returns its node, its first slot and its address.
+func (sc *shardedCampaign) minorityPrimary() (node string, slot int, addr string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	slots, err := sc.cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	nodeOf := map[string]string{} // pod IP → node
+	for _, p := range memberPods(sc.t, sc.c, sc.ns, shardedChaosCache) {
+		nodeOf[p.Status.PodIP] = p.Spec.NodeName
+	}
+	first := map[string]int{} // primary address → its first slot
+	for _, s := range slots {
+		if f, ok := first[s.Nodes[0].Addr]; !ok || s.Start < f {
+			first[s.Nodes[0].Addr] = s.Start
+		}
+	}
+	perNode := map[string]int{}
+	for a := range first {
+		host, _, _ := net.SplitHostPort(a)
+		perNode[nodeOf[host]]++
+	}
+	var picks []string
+	for a := range first {
+		host, _, _ := net.SplitHostPort(a)
+		if 2*perNode[nodeOf[host]] < len(first) {
+			picks = append(picks, a)
+		}
+	}
+	if len(picks) == 0 {
+		sc.t.Fatalf("no primary on a node running fewer than half the primaries: %v", perNode)
+	}
+	sort.Strings(picks)
+	addr = picks[sc.rng.Intn(len(picks))]
+	host, _, _ := net.SplitHostPort(addr)
+	return nodeOf[host], first[addr], addr
+}
+
+// servedBy is the address of the primary serving slot, as CLUSTER SLOTS says.
+func servedBy(cc *redis.ClusterClient, slot int) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return "", err
+	}
+	for _, s := range slots {
+		if s.Start <= slot && slot <= s.End {
+			return s.Nodes[0].Addr, nil
+		}
+	}
+	return "", fmt.Errorf("slot %d served by no node", slot)
 }
 
 // waitServedNotBy waits until tag's slot is served by a member other than pod.
