@@ -101,7 +101,9 @@ PAUSE/UNPAUSE (a handover), CLIENT KILL (a deposed primary's clients), CLIENT SE
 connections' name). Replication: PSYNC, SYNC, REPLCONF. The probes: PING, ROLE, INFO. In a sharded
 cache also the cluster's: CLUSTER MYID, NODES and INFO (what a pass reads), MEET, ADDSLOTSRANGE,
 REPLICATE and FORGET (forming and mending it), SETSLOT, COUNTKEYSINSLOT and GETKEYSINSLOT (a
-reshard's moves, and closing a slot left open), FAILOVER (a planned handover), and MIGRATE with
+reshard's moves, and closing a slot left open), FAILOVER (a planned handover), FLUSHALL (a former
+primary left a master with keys and no slots, whose keys no client reaches, emptied so that it can
+follow its shard's primary), and MIGRATE with
 RESTORE-ASKING, the one way a key moves between shards (MIGRATE reads and deletes it on the source,
 RESTORE-ASKING, sent by the source as this user after a SELECT 0, writes it on the target): for them, and only in a
 sharded cache, it has every key (~*), and still no command that reads or writes a value. Its clients' user keeps every command but @admin and
@@ -111,7 +113,7 @@ KEYSLOT, MYID; READONLY, READWRITE, ASKING) and none that changes the cluster.
 {{- define "users.acl" -}}
 default resetkeys resetchannels -@all ~* &* +@all -@admin -@dangerous -acl +acl|whoami +flushdb +flushall +keys +info +sort +sort_ro
 {{ .Keys.InternalUser }} resetkeys resetchannels -@all +ping +info +role +config|get +config|set +acl|getuser +acl|setuser +replicaof +failover +client|pause +client|unpause +client|kill +client|setname +psync +sync +replconf
-{{- if .Sharded }} +cluster|myid +cluster|nodes +cluster|info +cluster|meet +cluster|addslotsrange +cluster|replicate +cluster|forget +cluster|setslot +cluster|countkeysinslot +cluster|getkeysinslot +cluster|failover +migrate +restore-asking +select ~*{{ end }}
+{{- if .Sharded }} +cluster|myid +cluster|nodes +cluster|info +cluster|meet +cluster|addslotsrange +cluster|replicate +cluster|forget +cluster|setslot +cluster|countkeysinslot +cluster|getkeysinslot +cluster|failover +flushall +migrate +restore-asking +select ~*{{ end }}
 {{- end }}
 
 {{/* server: the program name stem of the engine (redis-server, valkey-server, ...-cli). */}}

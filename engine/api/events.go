@@ -12,20 +12,23 @@ const (
 	EventSwitchoverCompleted = "SwitchoverCompleted"
 	EventSwitchoverFailed    = "SwitchoverFailed"
 	EventWritesDiscarded     = "WritesDiscarded"
-	EventDataDiscarded       = "DataDiscarded"
-	EventReplacingMember     = "ReplacingStuckMember"
-	EventStorageGrowing      = "StorageGrowing"
-	EventStorageGrown        = "StorageGrown"
-	EventResumed             = "Resumed"
-	EventRestoreStarted      = "RestoreStarted"
-	EventRestored            = "Restored"
-	EventBackupScheduled     = "BackupScheduled"
-	EventBackupStarted       = "BackupStarted"
-	EventBackupCompleted     = "BackupCompleted"
-	EventBackupFailed        = "BackupFailed"
-	EventBackupDeleted       = "BackupDeleted"
-	EventCertificateRenewed  = "CertificateRenewed"
-	EventCredentialsKept     = "CredentialsKept"
+	// EventFormerPrimaryEmptied: a sharded cache's member that served no slot and held keys no
+	// client reached was emptied so that it follows its shard's primary.
+	EventFormerPrimaryEmptied = "FormerPrimaryEmptied"
+	EventDataDiscarded        = "DataDiscarded"
+	EventReplacingMember      = "ReplacingStuckMember"
+	EventStorageGrowing       = "StorageGrowing"
+	EventStorageGrown         = "StorageGrown"
+	EventResumed              = "Resumed"
+	EventRestoreStarted       = "RestoreStarted"
+	EventRestored             = "Restored"
+	EventBackupScheduled      = "BackupScheduled"
+	EventBackupStarted        = "BackupStarted"
+	EventBackupCompleted      = "BackupCompleted"
+	EventBackupFailed         = "BackupFailed"
+	EventBackupDeleted        = "BackupDeleted"
+	EventCertificateRenewed   = "CertificateRenewed"
+	EventCredentialsKept      = "CredentialsKept"
 	// EventCredentialsRestored: the password Secret was gone; it was written back from the last
 	// copy the operator saw, with the same passwords.
 	EventCredentialsRestored = "CredentialsRestored"
@@ -56,6 +59,7 @@ var Events = []EventDoc{
 	{EventSwitchoverCompleted, "Normal", "the handover finished"},
 	{EventSwitchoverFailed, "Warning", "the handover could not be done; the primary stays"},
 	{EventWritesDiscarded, "Warning", "a deposed primary had acknowledged writes that no other member had; the bytes dropped when it rejoined (or that they could not be measured)"},
+	{EventFormerPrimaryEmptied, "Warning", "a sharded cache's former primary, left a master with keys and no slots, was emptied so that it follows its shard's primary (its keys' slots were another member's; what it took that its successor never had is what WritesDiscarded counts)"},
 	{ReasonDataLost, "Warning", "every member came back empty after the cache held keys"},
 	{EventDataDiscarded, "Warning", "a version change the data cannot survive, let through by cache.example.com/allow-data-loss: every member restarted empty"},
 	{ReasonOperatorRefused, "Warning", "the members refuse the operator's commands"},

@@ -79,6 +79,11 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 	}
 	metrics.Moved(res.SlotsMoved, res.KeysMoved)
 	c.reportReshard(mc, key, spec, res)
+	for _, s := range res.Steps {
+		if s.Kind == shards.Flush && err == nil {
+			c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventFormerPrimaryEmptied, "%s", s.Why)
+		}
+	}
 	if !mem.failoverRead {
 		mem.lastFailover, mem.failoverRead = api.LastFailoverOf(mc), true
 	}

@@ -184,6 +184,17 @@ func ForgetNode(ctx context.Context, c *redis.Client, id string) error {
 	return clusterDo(ctx, c, "FORGET", id)
 }
 
+// FlushAll drops every key of the member (FLUSHALL): for a master that serves no slot, whose keys
+// no client reaches, before it follows its shard's primary.
+func FlushAll(ctx context.Context, c *redis.Client) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		return fmt.Errorf("member %s: FLUSHALL: %w", c.Options().Addr, err)
+	}
+	return nil
+}
+
 // SetSlotStable closes an open slot on the member (CLUSTER SETSLOT slot STABLE).
 func SetSlotStable(ctx context.Context, c *redis.Client, slot int) error {
 	return clusterDo(ctx, c, "SETSLOT", slot, "STABLE")

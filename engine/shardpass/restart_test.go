@@ -20,7 +20,7 @@ import (
 
 // restartable starts 3 shards × 2 cluster-mode servers on 127.0.0.1 that the test can stop and
 // start again (procs); connect points a member and its client at its server where it is now.
-func restartable(t *testing.T, pw string) (*localCluster, map[string]*membertest.Proc, func(*Member, *membertest.Proc)) {
+func restartable(t *testing.T, pw string, extra ...string) (*localCluster, map[string]*membertest.Proc, func(*Member, *membertest.Proc)) {
 	lc := &localCluster{t: t, password: pw, clients: map[string]*redis.Client{}}
 	lc.pass = Pass{Client: func(m Member) *redis.Client { return lc.clients[m.Name] }, MigratePassword: pw}
 	procs := map[string]*membertest.Proc{}
@@ -33,7 +33,7 @@ func restartable(t *testing.T, pw string) (*localCluster, map[string]*membertest
 	for s := 0; s < 3; s++ {
 		for o := 0; o < 2; o++ {
 			m := Member{Name: fmt.Sprintf("c-%d-%d", s, o), Shard: s, Ordinal: o}
-			procs[m.Name] = membertest.StartCluster(t, pw, "127.0.0.1")
+			procs[m.Name] = membertest.StartCluster(t, pw, "127.0.0.1", extra...)
 			connect(&m, procs[m.Name])
 			lc.members = append(lc.members, m)
 		}
@@ -180,5 +180,63 @@ func TestReplicaFollowingAnOldAddressIsPointedAgain(t *testing.T) {
 			t.Fatalf("30 s after the passes: %s's replication connects to %s, link up %v; want %s, up", r.Name, follows, repl.LinkUp, p.Addr)
 		}
 		time.Sleep(100 * time.Millisecond) // polling the replica's link, with the deadline above
+	}
+}
+
+// TestMasterWithKeysAndNoSlotsIsEmptied: a member that says master, serves no slot and holds keys
+// (as a former primary the cluster gave its slots to a successor without making it a replica, seen
+// after a node's stop) cannot be made a replica (CLUSTER REPLICATE refuses a master with keys).
+// Made here on real servers: before the cluster forms, one second member gets 100 keys (DEBUG
+// POPULATE). The passes empty it (Flush) once every slot is served, then attach it; it ends a
+// linked replica holding what its primary holds.
+func TestMasterWithKeysAndNoSlotsIsEmptied(t *testing.T) {
+	ctx := context.Background()
+	const pw = "stray-pw"
+	lc, _, _ := restartable(t, pw, "enable-debug-command local")
+	if err := lc.clients["c-1-1"].Do(ctx, "DEBUG", "POPULATE", 100, "stray", 10).Err(); err != nil {
+		t.Fatal(err)
+	}
+	spec := shards.Spec{Shards: 3, PerShard: 2}
+	kinds := map[shards.Kind]string{}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		res, err := lc.pass.Run(ctx, lc.members, spec)
+		if err != nil {
+			t.Fatalf("a pass: %v", err)
+		}
+		for _, s := range res.Steps {
+			if s.Kind != shards.Wait {
+				kinds[s.Kind] = s.Why
+			}
+		}
+		if res.Whole {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not whole within a minute; the last steps: %v", res.Steps)
+		}
+		time.Sleep(100 * time.Millisecond) // polling gossip between passes, with the deadline above
+	}
+	t.Logf("the passes' Flush: %q", kinds[shards.Flush])
+	if !strings.Contains(kinds[shards.Flush], "c-1-1 serves no slot and holds 100 keys") {
+		t.Errorf("no Flush of c-1-1's 100 keys among the steps: %v", kinds)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		r, err := member.ObserveWith(ctx, lc.clients["c-1-1"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := member.ObserveWith(ctx, lc.clients["c-1-0"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Role == member.Replica && r.LinkUp && r.Keys == p.Keys {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("c-1-1: role %s, link up %v, %d keys (its primary %d); want a linked replica holding its primary's keys", r.Role, r.LinkUp, r.Keys, p.Keys)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the replica's sync, with the deadline above
 	}
 }

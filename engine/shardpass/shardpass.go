@@ -214,7 +214,7 @@ func (p Pass) nodes(ctx context.Context, seen []Seen) []shards.Node {
 			v := s.View
 			n.Observed, n.ID, n.Primary, n.PrimaryID = true, v.ID, v.Primary, v.PrimaryID
 			n.Migrating, n.Importing, n.Known, n.Serving, n.OK = v.Migrating, v.Importing, v.Known, v.Serving, v.State == "ok"
-			n.InSync = s.Repl.LinkUp
+			n.InSync, n.Keys = s.Repl.LinkUp, s.Keys
 			if !v.Primary && s.Repl.PrimaryHost != "" {
 				n.Follows = net.JoinHostPort(s.Repl.PrimaryHost, strconv.Itoa(s.Repl.PrimaryPort))
 			}
@@ -275,6 +275,8 @@ func (p Pass) command(ctx context.Context, s shards.Step, byName map[string]Seen
 		return member.AddSlotRanges(ctx, p.Client(self.Member), rs)
 	case shards.Replicate:
 		return member.ReplicateNode(ctx, p.Client(self.Member), target.View.ID)
+	case shards.Flush:
+		return member.FlushAll(ctx, p.Client(self.Member))
 	case shards.Failover:
 		return member.ClusterFailover(ctx, p.Client(self.Member))
 	case shards.Stable:

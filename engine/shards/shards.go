@@ -71,8 +71,9 @@ type Node struct {
 	// InSync: a replica whose link to its primary is up, no sync in progress.
 	InSync bool
 	// Follows: a replica's replication target, the address it connects to (master_host and
-	// master_port; "": none).
+	// master_port; "": none). Keys: how many keys it holds.
 	Follows string
+	Keys    int64
 }
 
 // Spec is the cluster the cache's spec asks for.
@@ -425,23 +426,15 @@ func replicate(nodes []Node, byID map[string]*Node, spec Spec) []Step {
 				}
 				continue
 			}
+			if s, ok := stray(n, *p, nodes, spec); ok {
+				steps = append(steps, s)
+				continue
+			}
 			steps = append(steps, Step{Kind: Replicate, Member: n.Member, Target: p.Member,
 				Why: fmt.Sprintf("%s is shard %d's primary", p.Member, shard)})
 		}
 	}
 	return steps
-}
-
-// stale reports whether replica n, attached to p in the cluster's configuration and knowing p
-// where it is, has its replication connect elsewhere. A node that takes a peer's new address from
-// gossip updates its table but not its replication target, so after a restart that changed the
-// members' addresses (a hibernation's resume, a whole-cluster restart) a replica can keep
-// connecting to where its primary was: nothing (its link down for good, its readiness with it),
-// or another member that now has that address (it answers NOMASTERLINK, or it is a primary of
-// another shard and the replica syncs that shard's keys). CLUSTER REPLICATE of the same primary
-// points the replication at the table's address; the replica resyncs from its primary.
-func stale(n, p Node) bool {
-	return n.Follows != "" && n.Known[p.ID] == p.Addr && n.Follows != p.Addr
 }
 
 // reshard: once the cluster is whole, slots move until each shard i below spec.Shards serves as

@@ -156,6 +156,30 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Replicate c-1-0 → c-1-1"}},
+		{name: "a former primary left a master with keys and no slots is emptied first", spec: Spec{Shards: 2, PerShard: 2},
+			nodes: func() []Node {
+				n := cluster(2, 2)
+				m := member(n, "c-1-1")
+				m.Primary, m.PrimaryID, m.Keys = true, "", 42
+				return n
+			},
+			want: []string{"Flush c-1-1 → c-1-0"}, whyHas: "holds 42 keys that no client reaches"},
+		{name: "emptied, it follows its shard's primary", spec: Spec{Shards: 2, PerShard: 2},
+			nodes: func() []Node {
+				n := cluster(2, 2)
+				m := member(n, "c-1-1")
+				m.Primary, m.PrimaryID = true, ""
+				return n
+			},
+			want: []string{"Replicate c-1-1 → c-1-0"}},
+		{name: "a master with keys and no slots waits while a restore runs", spec: Spec{Shards: 2, PerShard: 2, Restored: [][]Range{{Even(2)[0]}, {Even(2)[1]}}},
+			nodes: func() []Node {
+				n := cluster(2, 2)
+				m := member(n, "c-1-1")
+				m.Primary, m.PrimaryID, m.Keys = true, "", 42
+				return n
+			},
+			want: []string{"Wait c-1-1"}, whyHas: "emptied once every slot is served"},
 		{name: "a replica that took its primary's new address from gossip is pointed at it again", spec: Spec{Shards: 2, PerShard: 2},
 			nodes: func() []Node {
 				n := cluster(2, 2)

@@ -82,14 +82,15 @@ type Proc struct {
 	Host          string
 	Port, Bus     int
 	cmd           *exec.Cmd
+	extra         string // more configuration lines
 }
 
 // StartCluster runs a cluster-mode redis-server on host (a loopback address) until Stop or the
-// test's end.
-func StartCluster(t testing.TB, password, host string) *Proc {
+// test's end, with extra configuration lines.
+func StartCluster(t testing.TB, password, host string, extra ...string) *Proc {
 	t.Helper()
 	ports := FreePorts(t, host, 2)
-	p := &Proc{t: t, password: password, dir: t.TempDir(), Port: ports[0], Bus: ports[1]}
+	p := &Proc{t: t, password: password, dir: t.TempDir(), Port: ports[0], Bus: ports[1], extra: strings.Join(extra, "\n")}
 	t.Cleanup(p.Stop)
 	p.Start(host)
 	return p
@@ -108,8 +109,8 @@ func (p *Proc) Start(host string) {
 	p.Host = host
 	p.cmd = exec.Command(path, "-")
 	p.cmd.Stdin = strings.NewReader(fmt.Sprintf("port %d\nbind %s\ndir %s\nsave \"\"\nappendonly no\nrequirepass %q\nmasterauth %q\n"+
-		"cluster-enabled yes\ncluster-config-file nodes.conf\ncluster-port %d\ncluster-node-timeout 2000\ncluster-allow-replica-migration no\ncluster-announce-ip %s\n",
-		p.Port, host, p.dir, p.password, p.password, p.Bus, host))
+		"cluster-enabled yes\ncluster-config-file nodes.conf\ncluster-port %d\ncluster-node-timeout 2000\ncluster-allow-replica-migration no\ncluster-announce-ip %s\n%s\n",
+		p.Port, host, p.dir, p.password, p.password, p.Bus, host, p.extra))
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
 	}
