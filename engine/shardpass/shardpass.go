@@ -215,7 +215,7 @@ func (p Pass) nodes(ctx context.Context, seen []Seen) []shards.Node {
 			n.Observed, n.ID, n.Primary, n.PrimaryID = true, v.ID, v.Primary, v.PrimaryID
 			n.Migrating, n.Importing, n.Known, n.Serving, n.OK = v.Migrating, v.Importing, v.Known, v.Serving, v.State == "ok"
 			n.InSync, n.Keys = s.Repl.LinkUp, s.Keys
-			if !v.Primary && s.Repl.PrimaryHost != "" {
+			if s.Repl.PrimaryHost != "" { // its replication follows a primary, whatever its cluster flags say
 				n.Follows = net.JoinHostPort(s.Repl.PrimaryHost, strconv.Itoa(s.Repl.PrimaryPort))
 			}
 			for _, r := range v.Slots {

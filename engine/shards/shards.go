@@ -70,8 +70,8 @@ type Node struct {
 	OK bool
 	// InSync: a replica whose link to its primary is up, no sync in progress.
 	InSync bool
-	// Follows: a replica's replication target, the address it connects to (master_host and
-	// master_port; "": none). Keys: how many keys it holds.
+	// Follows: its replication target, the address it connects to (master_host and master_port,
+	// from INFO whatever its cluster flags say; "": none). Keys: how many keys it holds.
 	Follows string
 	Keys    int64
 }

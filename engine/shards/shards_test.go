@@ -164,6 +164,14 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Flush c-1-1 → c-1-0"}, whyHas: "holds 42 keys that no client reaches"},
+		{name: "a member the cluster calls master while its replication follows a primary is not emptied", spec: Spec{Shards: 2, PerShard: 2},
+			nodes: func() []Node {
+				n := cluster(2, 2)
+				m := member(n, "c-1-1")
+				m.Primary, m.PrimaryID, m.Keys, m.Follows = true, "", 42, "10.0.1.0:6379"
+				return n
+			},
+			want: []string{"Replicate c-1-1 → c-1-0"}},
 		{name: "emptied, it follows its shard's primary", spec: Spec{Shards: 2, PerShard: 2},
 			nodes: func() []Node {
 				n := cluster(2, 2)

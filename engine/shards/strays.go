@@ -16,9 +16,12 @@ const Flush Kind = "Flush"
 // that none of its keys is the only copy a client could reach (the writes it took that its
 // successor never had are what WritesDiscarded counts, from its offsets). While a slot is not
 // served, a restore runs or its shard is being removed, it waits. ok is false for any other
-// member, which the replicate phase attaches as it is.
+// member, which the replicate phase attaches as it is: among them one whose cluster flags say
+// master while its replication follows a primary (INFO says slave; it refuses FLUSHALL, READONLY:
+// seen on the real nodes just after a node's stop, a former primary on its way to being a
+// replica).
 func stray(n, p Node, nodes []Node, spec Spec) (step Step, ok bool) {
-	if !n.Primary || len(n.Slots) > 0 || n.Keys == 0 {
+	if !n.Primary || len(n.Slots) > 0 || n.Keys == 0 || n.Follows != "" {
 		return Step{}, false
 	}
 	var served [Slots]bool
