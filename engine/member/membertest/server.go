@@ -39,6 +39,13 @@ func Server(t testing.TB, password, extra string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitAnswers(t, addr, password)
+	return addr
+}
+
+// waitAnswers waits until the server at addr answers PING, within 10 s.
+func waitAnswers(t testing.TB, addr, password string) {
+	t.Helper()
 	cl := redis.NewClient(&redis.Options{Addr: addr, Password: password, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
 	defer cl.Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -47,7 +54,7 @@ func Server(t testing.TB, password, extra string) string {
 		err := cl.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			return addr
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("redis-server on %s did not answer: %v", addr, err)
@@ -114,21 +121,7 @@ func (p *Proc) Start(host string) {
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
 	}
-	cl := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: p.password, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
-	defer cl.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := cl.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("redis-server on %s did not answer: %v", p.Addr(), err)
-		}
-		time.Sleep(50 * time.Millisecond) // polling a starting server, with a deadline
-	}
+	waitAnswers(p.t, p.Addr(), p.password)
 }
 
 // Stop stops the server (SIGTERM: it saves its nodes.conf) and waits for it to exit.
