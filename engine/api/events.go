@@ -15,20 +15,23 @@ const (
 	// EventFormerPrimaryEmptied: a sharded cache's member that served no slot and held keys no
 	// client reached was emptied so that it follows its shard's primary.
 	EventFormerPrimaryEmptied = "FormerPrimaryEmptied"
-	EventDataDiscarded        = "DataDiscarded"
-	EventReplacingMember      = "ReplacingStuckMember"
-	EventStorageGrowing       = "StorageGrowing"
-	EventStorageGrown         = "StorageGrown"
-	EventResumed              = "Resumed"
-	EventRestoreStarted       = "RestoreStarted"
-	EventRestored             = "Restored"
-	EventBackupScheduled      = "BackupScheduled"
-	EventBackupStarted        = "BackupStarted"
-	EventBackupCompleted      = "BackupCompleted"
-	EventBackupFailed         = "BackupFailed"
-	EventBackupDeleted        = "BackupDeleted"
-	EventCertificateRenewed   = "CertificateRenewed"
-	EventCredentialsKept      = "CredentialsKept"
+	// EventRestartingMember: a sharded cache's member in a state no command leaves is started
+	// again (its pod deleted, its volume kept).
+	EventRestartingMember   = "RestartingMember"
+	EventDataDiscarded      = "DataDiscarded"
+	EventReplacingMember    = "ReplacingStuckMember"
+	EventStorageGrowing     = "StorageGrowing"
+	EventStorageGrown       = "StorageGrown"
+	EventResumed            = "Resumed"
+	EventRestoreStarted     = "RestoreStarted"
+	EventRestored           = "Restored"
+	EventBackupScheduled    = "BackupScheduled"
+	EventBackupStarted      = "BackupStarted"
+	EventBackupCompleted    = "BackupCompleted"
+	EventBackupFailed       = "BackupFailed"
+	EventBackupDeleted      = "BackupDeleted"
+	EventCertificateRenewed = "CertificateRenewed"
+	EventCredentialsKept    = "CredentialsKept"
 	// EventCredentialsRestored: the password Secret was gone; it was written back from the last
 	// copy the operator saw, with the same passwords.
 	EventCredentialsRestored = "CredentialsRestored"
@@ -59,6 +62,7 @@ var Events = []EventDoc{
 	{EventSwitchoverCompleted, "Normal", "the handover finished"},
 	{EventSwitchoverFailed, "Warning", "the handover could not be done; the primary stays"},
 	{EventWritesDiscarded, "Warning", "a deposed primary had acknowledged writes that no other member had; the bytes dropped when it rejoined (or that they could not be measured)"},
+	{EventRestartingMember, "Warning", "a sharded cache's member whose cluster flags said master while its replication followed a primary, holding keys (a state no command leaves), had its pod deleted so that its server starts again on the same volume, to be emptied and attached"},
 	{EventFormerPrimaryEmptied, "Warning", "a sharded cache's former primary, left a master with keys and no slots, was emptied so that it follows its shard's primary (its keys' slots were another member's; what it took that its successor never had is what WritesDiscarded counts)"},
 	{ReasonDataLost, "Warning", "every member came back empty after the cache held keys"},
 	{EventDataDiscarded, "Warning", "a version change the data cannot survive, let through by cache.example.com/allow-data-loss: every member restarted empty"},

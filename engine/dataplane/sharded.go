@@ -84,6 +84,9 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 			c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventFormerPrimaryEmptied, "%s", s.Why)
 		}
 	}
+	if rerr := c.restartStuck(ctx, mc, mem, res.Steps, pods); rerr != nil {
+		return 0, rerr
+	}
 	if !mem.failoverRead {
 		mem.lastFailover, mem.failoverRead = api.LastFailoverOf(mc), true
 	}
@@ -135,6 +138,39 @@ func (c *Controller) syncShards(ctx context.Context, mc *unstructured.Unstructur
 		return 200 * time.Millisecond, nil // verify what was done, once gossip has spread it
 	}
 	return min(c.opts.Poll, 500*time.Millisecond), nil // gossip, or a member coming up
+}
+
+// stuckFor is how long a member is seen in a state only a restart leaves before its pod is
+// deleted: a pass reads a member's cluster flags and its replication one after the other, and a
+// role switch between the two reads looks like that state for one pass.
+const stuckFor = 5 * time.Second
+
+// restartStuck deletes, once per pod, the pod of each member the planner says only a restart
+// frees (shards.Restart) that has been in that state for stuckFor, with a Warning Event that says
+// why; the StatefulSet starts it again on the same volume. Members no longer in it are forgotten.
+func (c *Controller) restartStuck(ctx context.Context, mc *unstructured.Unstructured, mem *roleMemory, steps []shards.Step, pods map[string]roles.Member) error {
+	seen := map[string]stuckMember{}
+	for _, s := range steps {
+		m, ok := pods[s.Member]
+		if s.Kind != shards.Restart || !ok {
+			continue
+		}
+		st, was := mem.stuck[s.Member]
+		if !was || st.uid != m.UID {
+			st = stuckMember{uid: m.UID, since: time.Now()}
+		}
+		if !st.restarted && time.Since(st.since) >= stuckFor {
+			klog.FromContext(ctx).Info("Restarting a member in a state only a restart leaves", "member", m.Name, "why", s.Why)
+			c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventRestartingMember, "%s for %.0fs: deleting its pod (its volume stays)", s.Why, time.Since(st.since).Seconds())
+			if err := c.deletePodWithin(ctx, mc.GetNamespace(), m, -1); err != nil {
+				return err
+			}
+			st.restarted = true
+		}
+		seen[s.Member] = st
+	}
+	mem.stuck = seen
+	return nil
 }
 
 // restoredRanges is, while a restore from a sharded backup runs, the slots each shard served in

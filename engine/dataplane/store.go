@@ -23,14 +23,24 @@ type reshardMemory struct {
 	slots, keys int
 }
 
+// stuckMember is a member's pod seen in a state only a restart leaves, since when.
+type stuckMember struct {
+	uid       types.UID
+	since     time.Time
+	restarted bool
+}
+
 // roleMemory is what a member pass keeps of a cache between passes.
 type roleMemory struct {
 	// reshard follows a sharded cache's reshard, for its Events.
 	reshard reshardMemory
 	// shards follows a sharded cache's primaries, for its failovers and discarded writes;
 	// switchRefused is the cache's resourceVersion whose switchover was last refused.
-	shards            shardpass.Watch
-	switchRefused     string
+	shards        shardpass.Watch
+	switchRefused string
+	// stuck is, per member, the pod (UID) last found in a state that only a restart leaves
+	// (shards.Restart) and since when; restarted marks the pod deleted for it.
+	stuck             map[string]stuckMember
 	unhealthySince    time.Time
 	lastPrimaryOffset int64
 	// lastPrimaryHistory is the replication ID of the last healthy primary seen; lastPrimary its

@@ -240,3 +240,123 @@ func TestMasterWithKeysAndNoSlotsIsEmptied(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // polling the replica's sync, with the deadline above
 	}
 }
+
+// TestMasterFlagOverAReplicaIsRestarted: a replica holding its primary's keys whose cluster flags
+// then say master (no slots) while its replication still follows the primary, the state a former
+// primary was left in after a node's stop that swapped two members' addresses (it reached itself
+// through a peer's entry and took its own PING, sent while a master, after the cluster had made
+// it a replica). Made here with that message: a PONG in the replica's own name that says master.
+// No command leaves the state (CLUSTER REPLICATE refuses a master with keys; FLUSHALL a replica,
+// READONLY): the pass says Restart. Started again on its data directory (appendonly, as members
+// are), it is a master of nothing with keys, which the passes empty (Flush) and attach; it ends
+// a linked replica holding what its primary holds.
+func TestMasterFlagOverAReplicaIsRestarted(t *testing.T) {
+	ctx := context.Background()
+	const pw = "restart-stuck-pw"
+	lc, procs, connect := restartable(t, pw, "appendonly yes")
+	spec := shards.Spec{Shards: 3, PerShard: 2}
+	lc.converge(ctx, spec)
+	var addrs []string
+	for _, m := range lc.members {
+		addrs = append(addrs, m.Addr)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Password: pw, Protocol: 2, DisableIdentity: true})
+	defer cc.Close()
+	for i := range 300 {
+		if err := cc.Set(ctx, fmt.Sprintf("k%d", i), i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, p := &lc.members[3], lc.members[2] // c-1-1, c-1-0's replica
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rr, err := member.ObserveWith(ctx, lc.clients[r.Name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr, err := member.ObserveWith(ctx, lc.clients[p.Name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rr.LinkUp && rr.Keys > 0 && rr.Keys == pr.Keys {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: link up %v, %d keys, its primary %d; want a synced replica", r.Name, rr.LinkUp, rr.Keys, pr.Keys)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the replica's sync, with the deadline above
+	}
+
+	id := lc.views(ctx)[r.Name].ID
+	membertest.ClaimMasterAsItself(t, net.JoinHostPort("127.0.0.1", fmt.Sprint(procs[r.Name].Bus)), id)
+	var v member.ClusterView
+	var repl member.Replication
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		if v, err = member.ObserveCluster(ctx, lc.clients[r.Name]); err != nil {
+			t.Fatal(err)
+		}
+		if repl, err = member.ObserveWith(ctx, lc.clients[r.Name]); err != nil {
+			t.Fatal(err)
+		}
+		if v.Primary && repl.Role == member.Replica {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s after its own PONG: cluster flags master %v, INFO role %s; the state under test was not made", r.Name, v.Primary, repl.Role)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the member, with the deadline above
+	}
+	err := member.ReplicateNode(ctx, lc.clients[r.Name], lc.views(ctx)[p.Name].ID)
+	t.Logf("%s: cluster flags master, %d slots, INFO %s of %s:%d holding %d keys; CLUSTER REPLICATE: %v", r.Name, len(v.Slots), repl.Role, repl.PrimaryHost, repl.PrimaryPort, repl.Keys, err)
+	if err == nil {
+		t.Fatalf("CLUSTER REPLICATE accepted in the state under test: it is not the campaign's")
+	}
+	res, err := lc.pass.Run(ctx, lc.members, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var restart []shards.Step
+	for _, s := range res.Steps {
+		if s.Kind == shards.Restart {
+			restart = append(restart, s)
+		}
+	}
+	if len(restart) != 1 || restart[0].Member != r.Name {
+		t.Fatalf("the pass's steps %v; want one Restart of %s", res.Steps, r.Name)
+	}
+	t.Logf("the pass: %s (%s)", restart[0], restart[0].Why)
+
+	// What the operator does: its pod is deleted and started again on its volume.
+	procs[r.Name].Stop()
+	procs[r.Name].Start("127.0.0.1")
+	connect(r, procs[r.Name])
+	phases := lc.converge(ctx, spec)
+	t.Logf("the passes after the restart: %v", phases)
+	if !slices.Contains(phases, string(shards.Flush)) || !slices.Contains(phases, string(shards.Replicate)) {
+		t.Errorf("the passes' phases %v: want a Flush, then a Replicate", phases)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		rr, err := member.ObserveWith(ctx, lc.clients[r.Name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr, err := member.ObserveWith(ctx, lc.clients[p.Name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := member.ObserveCluster(ctx, lc.clients[r.Name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rr.Role == member.Replica && !v.Primary && rr.LinkUp && rr.Keys == pr.Keys {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: INFO %s, cluster flags master %v, link up %v, %d keys (its primary %d); want a linked replica holding its primary's keys", r.Name, rr.Role, v.Primary, rr.LinkUp, rr.Keys, pr.Keys)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the replica's sync, with the deadline above
+	}
+}

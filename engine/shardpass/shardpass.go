@@ -277,6 +277,8 @@ func (p Pass) command(ctx context.Context, s shards.Step, byName map[string]Seen
 		return member.ReplicateNode(ctx, p.Client(self.Member), target.View.ID)
 	case shards.Flush:
 		return member.FlushAll(ctx, p.Client(self.Member))
+	case shards.Restart:
+		return nil // the caller starts the server again (it deletes the member's pod)
 	case shards.Failover:
 		return member.ClusterFailover(ctx, p.Client(self.Member))
 	case shards.Stable:

@@ -164,11 +164,19 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Flush c-1-1 → c-1-0"}, whyHas: "holds 42 keys that no client reaches"},
-		{name: "a member the cluster calls master while its replication follows a primary is not emptied", spec: Spec{Shards: 2, PerShard: 2},
+		{name: "a member with keys the cluster calls master while its replication follows a primary is restarted, not emptied", spec: Spec{Shards: 2, PerShard: 2},
 			nodes: func() []Node {
 				n := cluster(2, 2)
 				m := member(n, "c-1-1")
 				m.Primary, m.PrimaryID, m.Keys, m.Follows = true, "", 42, "10.0.1.0:6379"
+				return n
+			},
+			want: []string{"Restart c-1-1 → c-1-0"}, whyHas: "no command leaves that state"},
+		{name: "the same without keys is attached as it is", spec: Spec{Shards: 2, PerShard: 2},
+			nodes: func() []Node {
+				n := cluster(2, 2)
+				m := member(n, "c-1-1")
+				m.Primary, m.PrimaryID, m.Follows = true, "", "10.0.1.0:6379"
 				return n
 			},
 			want: []string{"Replicate c-1-1 → c-1-0"}},
@@ -272,6 +280,16 @@ func TestDecide(t *testing.T) {
 				return n
 			},
 			want: []string{"Move c-0-0 → c-1-0 [7]"}},
+		{name: "a member importing its own shard's slot with keys (marked on loading them) is closed, not moved into", spec: Spec{Shards: 2, PerShard: 2},
+			nodes: func() []Node {
+				n := cluster(2, 2)
+				m := member(n, "c-1-1")
+				m.Primary, m.PrimaryID, m.Keys = true, "", 42
+				m.Importing = map[int]string{9000: "id-1-0", 9001: "id-1-0"}
+				m.KeysInOpen = map[int]int64{9000: 3, 9001: 1}
+				return n
+			},
+			want: []string{"Stable c-1-1 [9000-9001]"}, whyHas: "marked these slots importing on loading"},
 		{name: "an import that moved nothing is closed", spec: Spec{Shards: 2, PerShard: 1},
 			nodes: func() []Node {
 				n := cluster(2, 1)

@@ -124,13 +124,31 @@ func (p *Proc) Start(host string) {
 	waitAnswers(p.t, p.Addr(), p.password)
 }
 
-// Stop stops the server (SIGTERM: it saves its nodes.conf) and waits for it to exit.
+// Stop stops the server (SIGTERM: it saves its nodes.conf) and waits for it to exit. A server
+// that refuses to stop (Redis 7 ignores a SIGTERM while it writes its first AOF, which a replica
+// does after each full sync) is sent SIGTERM again each second, and killed after 30 s, as a
+// kubelet does after the grace period.
 func (p *Proc) Stop() {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	_ = p.cmd.Wait()
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for stopped := false; !stopped; {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+			stopped = true
+		case <-tick.C:
+		case <-deadline:
+			_ = p.cmd.Process.Kill()
+			<-done
+			stopped = true
+		}
+	}
 	p.cmd = nil
 }
 
