@@ -161,7 +161,7 @@ func (c *Controller) restartStuck(ctx context.Context, mc *unstructured.Unstruct
 		}
 		if !st.restarted && time.Since(st.since) >= stuckFor {
 			klog.FromContext(ctx).Info("Restarting a member in a state only a restart leaves", "member", m.Name, "why", s.Why)
-			c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventRestartingMember, "%s for %.0fs: deleting its pod (its volume stays)", s.Why, time.Since(st.since).Seconds())
+			c.recorder.Eventf(mc, corev1.EventTypeWarning, api.EventRestartingMember, "%s (so for %.0fs): deleting its pod, its volume stays", s.Why, time.Since(st.since).Seconds())
 			if err := c.deletePodWithin(ctx, mc.GetNamespace(), m, -1); err != nil {
 				return err
 			}
