@@ -200,23 +200,40 @@ func SetSlotStable(ctx context.Context, c *redis.Client, slot int) error {
 	return clusterDo(ctx, c, "SETSLOT", slot, "STABLE")
 }
 
+// Migration is how MoveSlots carries keys.
+type Migration struct {
+	// User and Password authenticate the MIGRATEs on the target (User "": default).
+	User, Password string
+	// Batch is the most keys one MIGRATE carries (0: 100).
+	Batch int
+	// For is how long one MIGRATE should block the two servers (0: no bound): a MIGRATE that took
+	// longer halves the keys of the next, one that took less than half of it doubles them (up to
+	// Batch), so that a client's command waits about For at most, whatever the values' sizes.
+	For time.Duration
+	// Pace, when not nil, is called after each MIGRATE with the time it took (the caller's pacing).
+	Pace func(time.Duration)
+}
+
 // MoveSlots moves slots and their keys from the member src (node srcID) to dst (node dstID, at
-// dstAddr): dst imports every one, src migrates every one, the keys go batch at a time with
-// MIGRATE (authenticated with user and password; user "" is default), then dst and then src say
-// dst serves them. A write to a key that has already moved is redirected (ASK) to dst, which a
-// cluster client follows: nothing acknowledged is lost. Each SETSLOT step is one pipeline per
-// member, so that a server takes the step's SETSLOTs in one turn of its event loop and saves its
-// cluster configuration (nodes.conf, fsynced) once for them all, not once a slot: the saves
-// stalled the primaries' clients, slot after slot. The MIGRATEs go one at a time, each of one
-// slot's keys: both servers serve their other clients between two of them, so a client's command
-// waits for one MIGRATE at most (a pipeline of them held a write behind all of them: the writes'
-// p99 during a move was 10× the idle one). pace, when not nil, is called after each MIGRATE with
-// the time it took (the caller's pacing). It is safe to run again after a stop in the middle
-// (slots left open are closed the right way by the next pass). It returns how many keys moved.
-func MoveSlots(ctx context.Context, src, dst *redis.Client, srcID, dstID, dstAddr, user, password string, slots []int, batch int, pace func(time.Duration)) (int, error) {
+// dstAddr): dst imports every one, src migrates every one, the keys go with MIGRATE as mig says,
+// then dst and then src say dst serves them. A write to a key that has already moved is
+// redirected (ASK) to dst, which a cluster client follows: nothing acknowledged is lost. Each
+// SETSLOT step is one pipeline per member, so that a server takes the step's SETSLOTs in one turn
+// of its event loop and saves its cluster configuration (nodes.conf, fsynced) once for them all,
+// not once a slot: the saves stalled the primaries' clients, slot after slot. The MIGRATEs go one
+// at a time, each of one slot's keys: both servers serve their other clients between two of them,
+// so a client's command waits for one MIGRATE at most (a pipeline of them held a write behind all
+// of them: the writes' p99 during a move was 10× the idle one), and mig.For bounds how long that
+// is. It is safe to run again after a stop in the middle (slots left open are closed the right
+// way by the next pass). It returns how many keys moved.
+func MoveSlots(ctx context.Context, src, dst *redis.Client, srcID, dstID, dstAddr string, slots []int, mig Migration) (int, error) {
 	host, port, err := net.SplitHostPort(dstAddr)
 	if err != nil {
 		return 0, err
+	}
+	batch := mig.Batch
+	if batch <= 0 {
+		batch = 100
 	}
 	if err := setSlots(ctx, dst, slots, "IMPORTING", srcID); err != nil {
 		return 0, err
@@ -224,7 +241,7 @@ func MoveSlots(ctx context.Context, src, dst *redis.Client, srcID, dstID, dstAdd
 	if err := setSlots(ctx, src, slots, "MIGRATING", dstID); err != nil {
 		return 0, err
 	}
-	moved := 0
+	moved, per := 0, batch
 	for {
 		// The keys still on src in every slot, batch at most per slot.
 		cctx, cancel := bounded(ctx)
@@ -238,40 +255,46 @@ func MoveSlots(ctx context.Context, src, dst *redis.Client, srcID, dstID, dstAdd
 		if err != nil {
 			return moved, fmt.Errorf("member %s: CLUSTER GETKEYSINSLOT: %w", src.Options().Addr, err)
 		}
-		// One MIGRATE per slot (its keys must hash to one slot), batch keys at most.
-		var migrates [][]interface{}
+		found := false
+		// One slot's keys at a time (a MIGRATE's keys must hash to one slot), per keys a MIGRATE.
 		for _, c := range cmds {
 			keys := c.(*redis.StringSliceCmd).Val()
-			if len(keys) == 0 {
-				continue
+			for len(keys) > 0 {
+				found = true
+				n := min(per, len(keys))
+				args := []interface{}{"MIGRATE", host, port, "", 0, Timeout.Milliseconds()}
+				if mig.User != "" {
+					args = append(args, "AUTH2", mig.User, mig.Password)
+				} else if mig.Password != "" {
+					args = append(args, "AUTH", mig.Password)
+				}
+				args = append(args, "KEYS")
+				for _, k := range keys[:n] {
+					args = append(args, k)
+				}
+				start := time.Now()
+				cctx, cancel = bounded(ctx)
+				err := src.Do(cctx, args...).Err()
+				cancel()
+				if err != nil && err != redis.Nil { // NOKEY (all expired meanwhile) is not an error
+					return moved, fmt.Errorf("member %s: MIGRATE to %s: %w", src.Options().Addr, dstAddr, err)
+				}
+				took := time.Since(start)
+				moved += n
+				keys = keys[n:]
+				switch {
+				case mig.For > 0 && took > mig.For && per > 1:
+					per /= 2
+				case mig.For > 0 && took < mig.For/2 && per < batch:
+					per = min(batch, per*2)
+				}
+				if mig.Pace != nil {
+					mig.Pace(took)
+				}
 			}
-			args := []interface{}{"MIGRATE", host, port, "", 0, Timeout.Milliseconds()}
-			if user != "" {
-				args = append(args, "AUTH2", user, password)
-			} else if password != "" {
-				args = append(args, "AUTH", password)
-			}
-			args = append(args, "KEYS")
-			for _, k := range keys {
-				args = append(args, k)
-			}
-			migrates = append(migrates, args)
-			moved += len(keys)
 		}
-		if len(migrates) == 0 {
+		if !found {
 			break
-		}
-		for _, args := range migrates {
-			start := time.Now()
-			cctx, cancel = bounded(ctx)
-			err := src.Do(cctx, args...).Err()
-			cancel()
-			if err != nil && err != redis.Nil { // NOKEY (all expired meanwhile) is not an error
-				return moved, fmt.Errorf("member %s: MIGRATE to %s: %w", src.Options().Addr, dstAddr, err)
-			}
-			if pace != nil {
-				pace(time.Since(start))
-			}
 		}
 	}
 	// The importing side first: once it owns the slots, the source's redirections point at it.

@@ -85,8 +85,10 @@ type Pass struct {
 	// MigrateUser and MigratePassword authenticate MIGRATE on the receiving member (user "": the
 	// default user).
 	MigrateUser, MigratePassword string
-	// MigrateBatch is how many keys one MIGRATE carries (0: 100).
+	// MigrateBatch is the most keys one MIGRATE carries (0: 100); MigrateFor how long one should
+	// block the two servers (0: no bound; see member.Migration).
 	MigrateBatch int
+	MigrateFor   time.Duration
 	// MoveFor bounds the time a pass spends moving slots (0: no bound): a reshard goes on over
 	// many passes, so that it yields the member worker to other caches, and each pass reads the
 	// members again (a member that stops is seen within one budget).
@@ -298,10 +300,6 @@ func (p Pass) command(ctx context.Context, s shards.Step, byName map[string]Seen
 // for each SETSLOT step), stopping between two rounds once deadline (when set) has passed.
 func (p Pass) move(ctx context.Context, s shards.Step, byName map[string]Seen, deadline time.Time) (int, int, error) {
 	self, target := byName[s.Member], byName[s.Target]
-	batch := p.MigrateBatch
-	if batch <= 0 {
-		batch = 100
-	}
 	var all []int
 	for _, r := range s.Slots {
 		for slot := r.From; slot <= r.To; slot++ {
@@ -314,8 +312,8 @@ func (p Pass) move(ctx context.Context, s shards.Step, byName map[string]Seen, d
 			return keys, slots, errPaced
 		}
 		round := all[:min(SlotsPerMove, len(all))]
-		n, err := member.MoveSlots(ctx, p.Client(self.Member), p.Client(target.Member), self.View.ID, target.View.ID, target.Addr,
-			p.MigrateUser, p.MigratePassword, round, batch, p.pace(ctx))
+		n, err := member.MoveSlots(ctx, p.Client(self.Member), p.Client(target.Member), self.View.ID, target.View.ID, target.Addr, round,
+			member.Migration{User: p.MigrateUser, Password: p.MigratePassword, Batch: p.MigrateBatch, For: p.MigrateFor, Pace: p.pace(ctx)})
 		keys += n
 		if err != nil {
 			return keys, slots, err
