@@ -403,11 +403,15 @@ func balance(nodes []Node, byID map[string]*Node, spec Spec) (map[int]*Node, []s
 	want := Even(spec.Shards)
 	served := map[int][]int{}
 	shardSet := map[int]bool{}
+	counted := map[[2]int]bool{} // shard, slot: two members of a shard claim its slots for a moment in a handover
 	for _, n := range nodes {
 		shardSet[n.Shard] = true
 		for _, r := range n.Slots {
 			for s := r.From; s <= r.To; s++ {
-				served[n.Shard] = append(served[n.Shard], s)
+				if !counted[[2]int{n.Shard, s}] {
+					counted[[2]int{n.Shard, s}] = true
+					served[n.Shard] = append(served[n.Shard], s)
+				}
 			}
 		}
 	}

@@ -685,3 +685,19 @@ func TestAssignRestoredGivesEachShardTheSlotsItsKeysDidNotClaim(t *testing.T) {
 		}
 	}
 }
+
+// In a handover both members of a shard claim its slots for a moment (the new primary has taken
+// them, the old one has not yet heard): nothing is misplaced, and no move is planned.
+func TestHandoverIsNotMisplaced(t *testing.T) {
+	n := cluster(3, 2)
+	promoted := member(n, "c-1-1")
+	promoted.Primary, promoted.PrimaryID, promoted.Slots = true, "", member(n, "c-1-0").Slots
+	if got := Misplaced(n, Spec{Shards: 3, PerShard: 2}); got != 0 {
+		t.Errorf("%d slots misplaced; want 0", got)
+	}
+	for _, s := range Decide(n, Spec{Shards: 3, PerShard: 2}) {
+		if s.Kind == Move {
+			t.Errorf("a move planned in a handover: %v", s)
+		}
+	}
+}
