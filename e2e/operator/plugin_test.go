@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"os"
@@ -171,12 +172,22 @@ func TestKubectlPlugin(t *testing.T) {
 	}
 
 	// report: a tarball with the cache, children, members' INFO, Events and the operator's lines,
-	// and no secret in it.
+	// and no secret in it, even once someone has applied the cache's Secret with kubectl (its
+	// last-applied annotation then holds the applied values on one line: the clients' password
+	// as stringData, the internal one as data), with the values it has (nothing rotates).
+	pw, internal := password(t, c, ns, name), internalPassword(t, c, ns, name)
+	applied := fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: %s}\nstringData: {password: %q}\ndata: {internal: %s}\n",
+		name+"-auth", ns, pw, base64.StdEncoding.EncodeToString([]byte(internal)))
+	apply := c.KubectlCmd(ctx, "apply", "-f", "-")
+	apply.Stdin = strings.NewReader(applied)
+	if out, err := apply.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply of the cache's Secret: %v: %s", err, out)
+	}
 	report := filepath.Join(t.TempDir(), "report.tar.gz")
 	out = mc("report", name, "-o", report, "--operator-log", op.log)
 	t.Logf("kubectl managedcache report: %s", strings.TrimSpace(out))
 	files := readTarball(t, report)
-	secrets := []string{password(t, c, ns, name), internalPassword(t, c, ns, name), before}
+	secrets := []string{pw, internal, before, base64.StdEncoding.EncodeToString([]byte(pw)), base64.StdEncoding.EncodeToString([]byte(internal))}
 	var names []string
 	for path, body := range files {
 		names = append(names, path)
@@ -191,6 +202,7 @@ func TestKubectlPlugin(t *testing.T) {
 		{"managedcache.yaml", "kind: ManagedCache"},
 		{"children/statefulset-" + name + ".yaml", "kind: StatefulSet"},
 		{"children/secret-" + name + "-auth.yaml", "password"},
+		{"children/secret-" + name + "-auth.yaml", "kubectl.kubernetes.io/last-applied-configuration: '<redacted: "},
 		{"members/" + name + "-0-info.txt", "redis_version:"},
 		{"members/" + name + "-2-info.txt", "role:"},
 		{"events.txt", "FailoverStarted"},

@@ -12,11 +12,13 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -53,7 +55,7 @@ func report(ctx context.Context, c *client, name string) error {
 		}
 	}
 	addObject := func(path string, obj map[string]interface{}) {
-		b, err := yaml.Marshal(obj)
+		b, err := yaml.Marshal(scrubbed(obj))
 		if err != nil {
 			problems = append(problems, path+": "+err.Error())
 			return
@@ -93,13 +95,12 @@ func report(ctx context.Context, c *client, name string) error {
 			problems = append(problems, fmt.Sprintf("secret %s: %v", sn, err))
 			continue
 		}
-		keys := []string{}
-		for k := range s.Data {
-			keys = append(keys, k)
+		b, err := yaml.Marshal(secretSummary(s))
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("secret %s: %v", sn, err))
+			continue
 		}
-		sort.Strings(keys)
-		s.ManagedFields = nil
-		addObject("children/secret-"+sn+".yaml", map[string]interface{}{"metadata": s.ObjectMeta, "type": s.Type, "keys (values redacted)": keys})
+		add("children/secret-"+sn+".yaml", redact(b))
 	}
 	sel := labels.SelectorFromSet(api.SelectorLabels(name)).String()
 	pods, err := c.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
@@ -107,9 +108,9 @@ func report(ctx context.Context, c *client, name string) error {
 		return err
 	}
 	for _, p := range pods.Items {
-		p.ManagedFields = nil
-		b, _ := yaml.Marshal(p)
-		add("pods/"+p.Name+".yaml", redact(b))
+		if obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&p); err == nil {
+			addObject("pods/"+p.Name+".yaml", obj)
+		}
 		info, err := c.memberInfo(ctx, &p)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("INFO of %s: %v", p.Name, err))
@@ -118,12 +119,12 @@ func report(ctx context.Context, c *client, name string) error {
 		add("members/"+p.Name+"-info.txt", redact([]byte(info)))
 	}
 	if pvcs, err := c.kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: sel}); err == nil {
-		b, _ := yaml.Marshal(pvcs.Items)
-		add("children/persistentvolumeclaims.yaml", b)
+		if obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pvcs); err == nil {
+			addObject("children/persistentvolumeclaims.yaml", obj)
+		}
 	}
 	if backups, err := c.dyn.Resource(api.BackupResource).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: api.LabelBackupCache + "=" + name}); err == nil {
-		b, _ := yaml.Marshal(backups.Items)
-		add("backups.yaml", redact(b))
+		addObject("backups.yaml", backups.UnstructuredContent())
 	}
 	events, err := c.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err == nil {
@@ -263,4 +264,56 @@ var secretLike = []*regexp.Regexp{
 func redact(b []byte) []byte {
 	b = secretLike[0].ReplaceAll(b, []byte("${1}<redacted>"))
 	return secretLike[1].ReplaceAll(b, []byte("${1}<redacted>"))
+}
+
+// lastApplied is the annotation kubectl apply keeps the applied object in, whole, on one line: a
+// Secret's data or stringData, a cache's spec.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// scrubbed is obj (an object, or a list with items) without its managed fields and with the
+// value of kubectl's last-applied annotation replaced by its size, in obj and in every item.
+func scrubbed(obj map[string]interface{}) map[string]interface{} {
+	out := runtime.DeepCopyJSON(obj)
+	scrub := func(o map[string]interface{}) {
+		unstructured.RemoveNestedField(o, "metadata", "managedFields")
+		if v, ok, _ := unstructured.NestedString(o, "metadata", "annotations", lastApplied); ok {
+			_ = unstructured.SetNestedField(o, fmt.Sprintf("<redacted: %d bytes>", len(v)), "metadata", "annotations", lastApplied)
+		}
+	}
+	scrub(out)
+	if items, ok := out["items"].([]interface{}); ok {
+		for _, it := range items {
+			if o, ok := it.(map[string]interface{}); ok {
+				scrub(o)
+			}
+		}
+	}
+	return out
+}
+
+// secretSummary is what a report keeps of a Secret: its identity, labels, owners and finalizers,
+// the names of its keys, and its annotations with only the operator's own values (revisions and
+// times); any other annotation may hold what the Secret holds (kubectl apply copies the whole
+// object into one), so its value is left out.
+func secretSummary(s *corev1.Secret) map[string]interface{} {
+	keys := []string{}
+	for k := range s.Data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	annotations := map[string]string{}
+	for k, v := range s.Annotations {
+		if strings.HasPrefix(k, api.GroupVersion.Group+"/") {
+			annotations[k] = v
+		} else {
+			annotations[k] = fmt.Sprintf("<redacted: %d bytes>", len(v))
+		}
+	}
+	meta := map[string]interface{}{"name": s.Name, "namespace": s.Namespace, "uid": string(s.UID),
+		"resourceVersion": s.ResourceVersion, "creationTimestamp": s.CreationTimestamp.UTC().Format(time.RFC3339),
+		"labels": s.Labels, "annotations": annotations, "ownerReferences": s.OwnerReferences, "finalizers": s.Finalizers}
+	if s.DeletionTimestamp != nil {
+		meta["deletionTimestamp"] = s.DeletionTimestamp.UTC().Format(time.RFC3339)
+	}
+	return map[string]interface{}{"metadata": meta, "type": string(s.Type), "keys (values redacted)": keys}
 }
