@@ -173,10 +173,10 @@ absent. */}}
 {{- define "store.env" -}}
 {{- $secret := .secret -}}
 {{- range .env }}
-- name: {{ .Name }}
+- name: {{ .Name | quote }}
   valueFrom:
     secretKeyRef:
-      name: {{ $secret }}
+      name: {{ $secret | quote }}
       key: {{ .Key }}
       {{- if .Optional }}
       optional: true

@@ -7,9 +7,9 @@ statefulset.yaml.
 apiVersion: apps/v1
 kind: StatefulSet
 metadata:
-  name: {{ .MemberSet }}
+  name: {{ .MemberSet | quote }}
 spec:
-  serviceName: {{ .Name }}
+  serviceName: {{ .Name | quote }}
   # spec.hibernate stops every member and keeps their volumes.
   replicas: {{ if .Spec.Hibernate }}0{{ else }}{{ .Spec.Replicas }}{{ end }}
   podManagementPolicy: Parallel
@@ -100,7 +100,7 @@ spec:
             - name: RESTORE_STATE
               valueFrom:
                 configMapKeyRef:
-                  name: {{ $.ConfigName }}
+                  name: {{ $.ConfigName | quote }}
                   key: {{ .StateKey }}
                   optional: true
             {{- with .Refused }}
@@ -108,10 +108,10 @@ spec:
               value: {{ . | quote }}
             {{- end }}
             {{- range $.StoreEnv }}
-            - name: {{ .Name }}
+            - name: {{ .Name | quote }}
               valueFrom:
                 secretKeyRef:
-                  name: {{ $.Restore.StoreSecret }}
+                  name: {{ $.Restore.StoreSecret | quote }}
                   key: {{ .Key }}
                   optional: true
             {{- end }}
@@ -258,7 +258,7 @@ spec:
             - name: REDIS_LIVE_CONFIG
               valueFrom:
                 configMapKeyRef:
-                  name: {{ .ConfigName }}
+                  name: {{ .ConfigName | quote }}
                   key: {{ .LiveConfigKey }}
             - name: POD_ROLE
               valueFrom:
@@ -281,42 +281,42 @@ spec:
             - name: RESTORE_STATE
               valueFrom:
                 configMapKeyRef:
-                  name: {{ $.ConfigName }}
+                  name: {{ $.ConfigName | quote }}
                   key: {{ .StateKey }}
                   optional: true
             {{- end }}
             - name: PASSWORD_SHA256
               valueFrom:
                 secretKeyRef:
-                  name: {{ .SecretName }}
+                  name: {{ .SecretName | quote }}
                   key: {{ .Keys.PasswordHash }}
             - name: PREVIOUS_PASSWORD_SHA256
               valueFrom:
                 secretKeyRef:
-                  name: {{ .SecretName }}
+                  name: {{ .SecretName | quote }}
                   key: {{ .Keys.PreviousHash }}
                   optional: true
             - name: INTERNAL_PASSWORD
               valueFrom:
                 secretKeyRef:
-                  name: {{ .SecretName }}
+                  name: {{ .SecretName | quote }}
                   key: {{ .Keys.Internal }}
             - name: PREVIOUS_INTERNAL_PASSWORD
               valueFrom:
                 secretKeyRef:
-                  name: {{ .SecretName }}
+                  name: {{ .SecretName | quote }}
                   key: {{ .Keys.PreviousInternal }}
                   optional: true
             - name: REDIS_USERS
               valueFrom:
                 configMapKeyRef:
-                  name: {{ .ConfigName }}
+                  name: {{ .ConfigName | quote }}
                   key: {{ .UsersConfigKey }}
             {{- if .SnapshotFormat }}
             - name: DATA_LOSS_ALLOWED
               valueFrom:
                 configMapKeyRef:
-                  name: {{ .ConfigName }}
+                  name: {{ .ConfigName | quote }}
                   key: {{ .DataLoss.Key }}
                   optional: true
             {{- end }}
@@ -394,7 +394,7 @@ spec:
         {{- if .TLS.Mounted }}
         - name: tls
           secret:
-            secretName: {{ .TLS.SecretName }}
+            secretName: {{ .TLS.SecretName | quote }}
             defaultMode: 0440
             items:
               - key: {{ .TLS.Keys.Cert }}
@@ -406,7 +406,7 @@ spec:
         {{- end }}
         - name: internal
           secret:
-            secretName: {{ .SecretName }}
+            secretName: {{ .SecretName | quote }}
             defaultMode: 0440
             items:
               - key: {{ .Keys.Internal }}
@@ -435,7 +435,7 @@ spec:
 apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata:
-  name: {{ .MemberSet }}
+  name: {{ .MemberSet | quote }}
 spec:
   maxUnavailable: {{ if .Spec.Hibernate }}{{ .Spec.Replicas }}{{ else }}{{ max 1 (div (sub .Spec.Replicas 1) 2) }}{{ end }}
   unhealthyPodEvictionPolicy: AlwaysAllow

@@ -47,8 +47,11 @@ func slotOf(t *testing.T, cache, name string) time.Time {
 // A schedule of every 12 s with keep 3: five scheduled backups are taken, each within 60 s of its
 // slot; three remain, as objects and in the bucket. Slots missed while the operator is stopped
 // give one backup when it is back, not one per slot. A cache of one member is backed up from its
-// primary, with the reason in status.
+// primary, with the reason in status. The cache has the longest name a cache may have.
 func TestBackupScheduleAndRetention(t *testing.T) {
+	// The longest name a cache may have (52 characters): its scheduled backups' names, 68
+	// characters, are past a label's 63 (their Jobs' labels once were, and they never ran).
+	const sched = "sched-a-cache-named-with-fifty-two-characters-0001xx"
 	parallel(t)
 	c := framework.Setup(t)
 	ctx := context.Background()
@@ -57,19 +60,19 @@ func TestBackupScheduleAndRetention(t *testing.T) {
 	deleteCachesOnCleanup(t, c, ns)
 	store := c.ObjectStore(t)
 	c.StoreSecret(t, ns, "store", store, nil)
-	createCacheV2(t, c, ns, "sched", v2Spec(1, map[string]interface{}{
+	createCacheV2(t, c, ns, sched, v2Spec(1, map[string]interface{}{
 		"backup": map[string]interface{}{"store": map[string]interface{}{"secretName": "store"}, "keep": int64(3), "schedule": "@every 12s", "onDelete": "Delete"},
 	}))
-	dumpMembersOnFailure(t, c, ns, "sched")
+	dumpMembersOnFailure(t, c, ns, sched)
 	dumpBackupsOnFailure(t, c, ns)
-	primary := waitWhole(t, c, ns, "sched", 1, 3*time.Minute)
-	fillKeys(t, memberClient(t, c, ns, "sched", primary.Name), "s", 2000)
+	primary := waitWhole(t, c, ns, sched, 1, 3*time.Minute)
+	fillKeys(t, memberClient(t, c, ns, sched, primary.Name), "s", 2000)
 
 	seen := scheduledSeen{}
 	var completed []string
 	framework.Eventually(t, 4*time.Minute, "five scheduled backups, three kept", func() (bool, string, error) {
-		completed = seen.look(t, c, ns, "sched")
-		keys, err := framework.ObjectKeys(ctx, store, ns+"/sched/")
+		completed = seen.look(t, c, ns, sched)
+		keys, err := framework.ObjectKeys(ctx, store, ns+"/"+sched+"/")
 		if err != nil {
 			return false, "", err
 		}
@@ -78,7 +81,7 @@ func TestBackupScheduleAndRetention(t *testing.T) {
 	})
 	var late []time.Duration
 	for name, created := range seen {
-		d := created.Sub(slotOf(t, "sched", name))
+		d := created.Sub(slotOf(t, sched, name))
 		late = append(late, d)
 		if d < 0 || d > 60*time.Second {
 			t.Errorf("scheduled backup %s created %s after its slot; want within 60 s", name, d)
@@ -106,12 +109,12 @@ func TestBackupScheduleAndRetention(t *testing.T) {
 	stopped := time.Now()
 	// What the operator made before it stopped (while this test waited for a gap, the schedule
 	// went on) is counted now; only what appears after this is made while it is stopped.
-	seen.look(t, c, ns, "sched")
+	seen.look(t, c, ns, sched)
 	before := len(seen)
 	framework.Eventually(t, 2*time.Minute, "three slots to pass with the operator stopped", func() (bool, string, error) {
 		return time.Since(stopped) > 3*12*time.Second+5*time.Second, time.Since(stopped).Round(time.Second).String(), nil
 	})
-	seen.look(t, c, ns, "sched")
+	seen.look(t, c, ns, sched)
 	if len(seen) != before {
 		t.Fatalf("scheduled backups were created while the operator was stopped: %d -> %d", before, len(seen))
 	}
@@ -135,7 +138,7 @@ func TestBackupScheduleAndRetention(t *testing.T) {
 	restarted := time.Now()
 	startOperatorIn(t, c, ns, "--metrics-bind-address="+metricsAddr)
 	deleteCachesOnCleanup(t, c, ns) // again: cleanups run last first, this one while this operator runs (onDelete: Delete)
-	labels := `{cache="sched",namespace="` + ns + `"}`
+	labels := `{cache="` + sched + `",namespace="` + ns + `"}`
 	var firstSeen, interval float64
 	framework.Eventually(t, 30*time.Second, "the restarted operator to export the last backup and the schedule", func() (bool, string, error) {
 		v, err := framework.Metric(metricsAddr, "cache_operator_backup_last_success_timestamp_seconds"+labels)
@@ -164,7 +167,7 @@ func TestBackupScheduleAndRetention(t *testing.T) {
 	}
 	var caughtUp time.Time
 	framework.Eventually(t, 30*time.Second, "one backup for the missed slots", func() (bool, string, error) {
-		seen.look(t, c, ns, "sched")
+		seen.look(t, c, ns, sched)
 		var since []string
 		for name, created := range seen {
 			if !created.Before(restarted.Add(-time.Second)) {
@@ -180,7 +183,7 @@ func TestBackupScheduleAndRetention(t *testing.T) {
 		return time.Since(caughtUp) > 9*time.Second, "", nil
 	})
 	var since []string
-	seen.look(t, c, ns, "sched")
+	seen.look(t, c, ns, sched)
 	for name, created := range seen {
 		if !created.Before(restarted.Add(-time.Second)) {
 			since = append(since, name)

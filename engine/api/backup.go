@@ -57,9 +57,21 @@ var StoreEnv = map[string]string{
 // BackupJobName is the name of the Job that takes the backup of that name (at most 63
 // characters: the Job's pods carry it in a label).
 func BackupJobName(backup string) string {
-	name := "backup-" + backup
+	return shortened("backup-"+backup, backup) // the hash of the backup's name, as since the first release
+}
+
+// BackupLabelValue is the value of the backup's label on its Job and pods: its name, or, past the
+// 63 characters a label value may hold (a scheduled backup of a cache named with 48 or more
+// characters: <cache>-<date>-<time>), its first 54 and a hash of the whole.
+func BackupLabelValue(backup string) string {
+	return shortened(backup, backup)
+}
+
+// shortened is name when it fits in 63 characters, else its first 54 (without a trailing '-' or
+// '.') and '-' and eight hexadecimal digits of a hash of of: distinct names stay distinct.
+func shortened(name, of string) string {
 	if len(name) > 63 {
-		name = strings.TrimRight(name[:54], "-.") + fmt.Sprintf("-%08x", fnv32(backup))
+		name = strings.TrimRight(name[:54], "-.") + fmt.Sprintf("-%08x", fnv32(of))
 	}
 	return name
 }

@@ -80,8 +80,9 @@ func restoreValues(mc *unstructured.Unstructured, spec api.Spec) *RestoreValues 
 
 // BackupJob is what the backup Job template needs (templates/job-backup.yaml).
 type BackupJob struct {
-	// Name is the ManagedCacheBackup's, JobName its Job's.
-	Name, JobName string
+	// Name is the ManagedCacheBackup's, JobName its Job's; Label is the value of the backup's
+	// label on both (api.BackupLabelValue of Name; set by BackupJobFor).
+	Name, JobName, Label string
 	// StoreSecret names the store's Secret.
 	StoreSecret string
 	// Parts are what the Job streams, a container each: one member of a primary/replica cache,
@@ -104,6 +105,7 @@ type BackupPart struct {
 // BackupJobFor renders the Job that takes backup (a ManagedCacheBackup) of mc, owned by backup.
 func (r *Renderer) BackupJobFor(mc, backup *unstructured.Unstructured, spec api.Spec, cfg Config, job BackupJob) (*unstructured.Unstructured, error) {
 	v := NewValues(mc, spec, cfg, Auth{})
+	job.Label = api.BackupLabelValue(job.Name)
 	v.Backup = &job
 	objs, err := r.renderFiles(r.jobFiles, v)
 	if err != nil {
