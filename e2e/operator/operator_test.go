@@ -43,6 +43,7 @@ func TestInvalidSpecsAreRejectedAtApply(t *testing.T) {
 		{"lru", `{version: "7.2", evictionPolicy: lru}`, `spec.evictionPolicy: Unsupported value: "lru": supported values: "noeviction", "allkeys-lru", "volatile-lru"`},
 		{"storage-0", `{version: "7.2", storageGi: 0}`, "spec.storageGi: Invalid value: 0"},
 		{long, `{version: "7.2"}`, "metadata.name may be at most 52 characters"},
+		{"a.b", `{version: "7.2"}`, "metadata.name may not contain '.'"},
 	} {
 		err := apply(tc.name, tc.spec)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
