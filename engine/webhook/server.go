@@ -152,11 +152,8 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("webhook listener: %w", err)
 	}
-	srv := &http.Server{
-		Handler:           s.mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.certs.getCertificate},
-	}
+	srv := httpServer(s.mux, serverTimeouts)
+	srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.certs.getCertificate}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	klog.InfoS("Serving webhooks", "address", ln.Addr().String(), "endpoint", s.opts.Endpoint)
@@ -179,6 +176,20 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// serverTimeouts bound what one client can hold of the webhook server: a request is read within
+// 10 s of its first byte (headers) and 30 s in all, its answer written within 30 s, and an idle
+// connection kept 2 minutes. The API server calls with a timeout of at most 30 s, and a review
+// is at most a few MiB: a client that trickles a request gets nothing but its own timeout.
+var serverTimeouts = timeouts{header: 10 * time.Second, read: 30 * time.Second, write: 30 * time.Second, idle: 2 * time.Minute}
+
+type timeouts struct{ header, read, write, idle time.Duration }
+
+// httpServer is the webhook's HTTP server for h, bounded by t.
+func httpServer(h http.Handler, t timeouts) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: t.header, ReadTimeout: t.read, WriteTimeout: t.write, IdleTimeout: t.idle,
+		MaxHeaderBytes: 64 << 10}
 }
 
 // liveAnnotations reads a ManagedCache's annotations from the API server, in the storage version
