@@ -17,8 +17,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
+	"slices"
 
 	"example.com/cache-operator/engine/internal/jsonvalue"
 
@@ -103,15 +105,80 @@ func specUp(s map[string]interface{}) map[string]interface{} {
 
 // restore writes into the v2 spec up each value of extra (the annotation) that agrees with the v1
 // spec v1: one that converts back to the same v1 fields. A value that does not was overridden by
-// an edit through v1 since the annotation was written, and the edit wins.
+// an edit through v1 since the annotation was written, and the edit wins. Only a value on the way
+// to or under a field v1 maps (mapped) can disagree; each such value is judged on those fields
+// alone, so that the cost grows with the annotation's size, not with its square (a copy of the
+// whole spec per value made a large annotation a way to spend the API server's time).
 func restore(up, v1, extra map[string]interface{}) {
-	for _, leaf := range leaves(nil, extra) {
-		candidate := deepCopy(up)
-		setPath(candidate, leaf.path, deepCopyValue(leaf.value))
-		if sameV1Fields(specDown(candidate), v1) {
-			setPath(up, leaf.path, deepCopyValue(leaf.value))
+	// agrees judges the spec with l set (no path: as it is) on the mapped fields alone.
+	agrees := func(l leaf) bool {
+		candidate := map[string]interface{}{}
+		for _, x := range mapped {
+			if v, ok := valueAfter(up, x, l); ok {
+				setPath(candidate, x, v)
+			}
+		}
+		return sameV1Fields(specDown(candidate), v1)
+	}
+	agreeing := agrees(leaf{}) // a value beside the mapped fields agrees if the spec does
+	for _, l := range leaves(nil, extra) {
+		related := false
+		for _, x := range mapped {
+			related = related || prefixOf(l.path, x) || prefixOf(x, l.path)
+		}
+		if related && agrees(l) {
+			setPath(up, l.path, deepCopyValue(l.value))
+			agreeing = true
+		} else if !related && agreeing {
+			setPath(up, l.path, deepCopyValue(l.value))
 		}
 	}
+}
+
+// mapped are the v2 fields specDown reads.
+var mapped = [][]string{{"replicas"}, {"engine", "version"}, {"storage", "size"}, {"eviction", "policy"}}
+
+// prefixOf reports whether p is a prefix of path (or equal to it).
+func prefixOf(p, path []string) bool {
+	if len(p) > len(path) {
+		return false
+	}
+	for i := range p {
+		if p[i] != path[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// valueAfter is the value at x in up once leaf is set there (setPath), and whether there is one
+// (a leaf without a path: the value at x in up).
+func valueAfter(up map[string]interface{}, x []string, l leaf) (interface{}, bool) {
+	switch {
+	case len(l.path) == 0: // no leaf: the value at x now
+	case prefixOf(l.path, x) && len(l.path) == len(x):
+		return l.value, true
+	case prefixOf(l.path, x):
+		// The leaf (a value that is no map, or an empty map) takes the place of x's parent.
+		return nil, false
+	case prefixOf(x, l.path):
+		// x becomes, or stays, a map holding the leaf: what specDown makes of a map is the same
+		// whatever else it holds.
+		m := map[string]interface{}{}
+		setPath(m, l.path[len(x):], l.value)
+		return m, true
+	}
+	var v interface{} = up
+	for _, k := range x {
+		m, ok := v.(map[string]interface{})
+		if !ok {
+			return nil, false
+		}
+		if v, ok = m[k]; !ok {
+			return nil, false
+		}
+	}
+	return v, true
 }
 
 // v1Fields are the fields of a v1 spec that conversion maps.
@@ -133,10 +200,12 @@ type leaf struct {
 	value interface{}
 }
 
-// leaves lists the values of m that are not non-empty maps, with their paths.
+// leaves lists the values of m that are not non-empty maps, with their paths, in the order of
+// their keys (restore's result must not depend on a map's order).
 func leaves(prefix []string, m map[string]interface{}) []leaf {
 	var out []leaf
-	for k, v := range m {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		v := m[k]
 		p := append(append([]string{}, prefix...), k)
 		if vm, ok := v.(map[string]interface{}); ok && len(vm) > 0 {
 			out = append(out, leaves(p, vm)...)
