@@ -120,6 +120,13 @@ func TestAdmissionRulesThroughTheAPIServer(t *testing.T) {
 	wantRejected(t, "v1 create of 2 shards", err, denied+"metadata.annotations[cache.example.com/v2-spec].shards: must be between 3 and 32")
 	_, err = applyYAML(ctx, c, v1Sharded("guarded", 5, 3))
 	wantRejected(t, "v1 apply adding shards", err, denied+"metadata.annotations[cache.example.com/v2-spec].shards: cannot turn a primary/replica cache into a sharded cache of 3 shards")
+	// spec.restore, which the CRD keeps from being added in v2, cannot be added through v1's
+	// annotation either (it was: the v1 schema cannot see it).
+	_, err = c.Kubectl(ctx, "patch", "managedcaches.v2.cache.example.com", "guarded", "-n", ns, "--type=merge", "-p", `{"spec":{"restore":{"backup":"nope"}}}`)
+	wantRejected(t, "v2 patch adding spec.restore", err, "spec.restore is set when the cache is created, never added, changed or removed afterwards")
+	_, err = c.Kubectl(ctx, "patch", "managedcaches.v1.cache.example.com", "guarded", "-n", ns, "--type=merge", "-p",
+		`{"metadata":{"annotations":{"cache.example.com/v2-spec":"{\"restore\":{\"backup\":\"nope\"}}"}}}`)
+	wantRejected(t, "v1 patch adding spec.restore", err, denied+"metadata.annotations[cache.example.com/v2-spec].restore: spec.restore is set when the cache is created")
 
 	// What keeps a majority passes.
 	if _, err := c.Kubectl(ctx, "scale", "managedcache/guarded", "-n", ns, "--replicas=3"); err != nil {

@@ -9,6 +9,8 @@
 //     valkey), is rejected unless the object carries the annotation
 //     cache.example.com/allow-data-loss: "true" (every member then restarts empty); a pair the
 //     support matrix does not list is rejected in any case.
+//   - spec.restore is set at creation only: adding, changing or removing it is rejected (the CRD
+//     says so for v2; a v1 object carries it in its v2-spec annotation, judged here).
 //   - A cache is sharded (spec.shards) or not for its whole life: adding or removing spec.shards is
 //     rejected, with the way to do it (a new cache, restored from a backup). A v1 object carries
 //     spec.shards in its v2-spec annotation, which its own schema cannot check: the shard count's
@@ -52,10 +54,20 @@ type Change struct {
 	// NotServed is what of the new sharded spec this version does not serve yet
 	// (api.Spec.ShardedNotServed; "" when none).
 	NotServed string
+	// RestoreField names spec.restore in the user's version; RestoreChanged says an update adds,
+	// changes or removes it (judged on the v2 form of both objects).
+	RestoreField   string
+	RestoreChanged bool
 }
 
 // Validate returns why the change is rejected, or nil.
 func Validate(c Change) error {
+	if c.RestoreChanged {
+		// The CRD's rule for v2, judged here for v1, whose schema cannot see spec.restore in the
+		// v2-spec annotation.
+		return fmt.Errorf("%s: spec.restore is set when the cache is created, never added, changed or removed afterwards "+
+			"(the first member holds data already); to restore a backup, create a new cache with spec.restore", c.RestoreField)
+	}
 	if err := validateShards(c); err != nil {
 		return err
 	}

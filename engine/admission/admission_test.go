@@ -142,6 +142,15 @@ func TestHandlerObjectsAndScale(t *testing.T) {
 		{"v2 update adding shards", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v2"}, Operation: admissionv1.Update, OldObject: v2(3, "7.2"),
 			Object: runtime.RawExtension{Raw: []byte(`{"apiVersion":"cache.example.com/v2","kind":"ManagedCache","metadata":{"name":"s"},"spec":{"replicas":3,"shards":3,"engine":{"version":"7.2"}}}`)}},
 			"spec.shards: cannot turn a primary/replica cache into a sharded cache of 3 shards"},
+		{"v1 update adding spec.restore through the annotation", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update,
+			OldObject: v1(3, "7.2", ""), Object: v1(3, "7.2", `"cache.example.com/v2-spec":"{\"restore\":{\"backup\":\"nope\"}}"`)},
+			"metadata.annotations[cache.example.com/v2-spec].restore: spec.restore is set when the cache is created, never added, changed or removed afterwards"},
+		{"v1 update changing spec.restore", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update,
+			OldObject: v1(3, "7.2", `"cache.example.com/v2-spec":"{\"restore\":{\"backup\":\"b1\"}}"`),
+			Object:    v1(3, "7.2", `"cache.example.com/v2-spec":"{\"restore\":{\"backup\":\"b2\"}}"`)}, "spec.restore is set when the cache is created"},
+		{"v1 update keeping spec.restore", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update,
+			OldObject: v1(3, "7.2", `"cache.example.com/v2-spec":"{\"restore\":{\"backup\":\"b1\"}}"`),
+			Object:    v1(5, "7.2", `"cache.example.com/v2-spec":"{\"restore\":{\"backup\":\"b1\"}}"`)}, ""},
 		{"garbage", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: runtime.RawExtension{Raw: []byte(`{}`)}, Object: runtime.RawExtension{Raw: []byte(`[]`)}}, "decoding"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

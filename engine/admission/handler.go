@@ -9,6 +9,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
@@ -101,10 +102,14 @@ func changeOf(ctx context.Context, req *admissionv1.AdmissionRequest, lookup Ann
 	if err != nil {
 		return Change{}, fmt.Errorf("decoding the object: %w", err)
 	}
-	c := Change{ReplicasField: "spec.replicas", VersionField: "spec.engine", ShardsField: "spec.shards", Annotations: newObj.GetAnnotations()}
+	c := Change{ReplicasField: "spec.replicas", VersionField: "spec.engine", ShardsField: "spec.shards", RestoreField: "spec.restore",
+		Annotations: newObj.GetAnnotations()}
 	if req.Kind.Version == "v1" {
-		c.ReplicasField, c.VersionField, c.ShardsField = "spec.size", "spec.version", v1ShardsField
+		c.ReplicasField, c.VersionField, c.ShardsField, c.RestoreField = "spec.size", "spec.version", v1ShardsField, v1RestoreField
 	}
+	oldRestore, _, _ := unstructured.NestedFieldNoCopy(oldObj.Object, "spec", "restore")
+	newRestore, _, _ := unstructured.NestedFieldNoCopy(newObj.Object, "spec", "restore")
+	c.RestoreChanged = !equality.Semantic.DeepEqual(oldRestore, newRestore)
 	c.OldShards, c.NewShards, c.NotServed = shards(oldObj), shards(newObj), notServed(newObj)
 	if r := api.ReshardOf(oldObj); r != nil {
 		c.Resharding = r
@@ -130,8 +135,11 @@ func asV2(raw []byte) (*unstructured.Unstructured, error) {
 	return &unstructured.Unstructured{Object: v2}, nil
 }
 
-// v1ShardsField is where a v1 object carries spec.shards.
-const v1ShardsField = "metadata.annotations[" + conversion.SpecAnnotation + "].shards"
+// v1ShardsField and v1RestoreField are where a v1 object carries spec.shards and spec.restore.
+const (
+	v1ShardsField  = "metadata.annotations[" + conversion.SpecAnnotation + "].shards"
+	v1RestoreField = "metadata.annotations[" + conversion.SpecAnnotation + "].restore"
+)
 
 // shards is spec.shards (0 when not set; -1 when it is not a whole number, which the range rule
 // refuses).
