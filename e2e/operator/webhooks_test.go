@@ -127,6 +127,10 @@ func TestAdmissionRulesThroughTheAPIServer(t *testing.T) {
 	_, err = c.Kubectl(ctx, "patch", "managedcaches.v1.cache.example.com", "guarded", "-n", ns, "--type=merge", "-p",
 		`{"metadata":{"annotations":{"cache.example.com/v2-spec":"{\"restore\":{\"backup\":\"nope\"}}"}}}`)
 	wantRejected(t, "v1 patch adding spec.restore", err, denied+"metadata.annotations[cache.example.com/v2-spec].restore: spec.restore is set when the cache is created")
+	// A v1 change of the engine (in the annotation) reaches the webhook's rules too.
+	_, err = c.Kubectl(ctx, "patch", "managedcaches.v1.cache.example.com", "guarded", "-n", ns, "--type=merge", "-p",
+		`{"metadata":{"annotations":{"cache.example.com/v2-spec":"{\"engine\":{\"name\":\"valkey\"}}"}}}`)
+	wantRejected(t, "v1 patch changing the engine", err, denied+"spec.version: changing from redis 8.0 to valkey 8.0 would lose the data")
 
 	// What keeps a majority passes.
 	if _, err := c.Kubectl(ctx, "scale", "managedcache/guarded", "-n", ns, "--replicas=3"); err != nil {

@@ -151,6 +151,9 @@ func TestHandlerObjectsAndScale(t *testing.T) {
 		{"v1 update keeping spec.restore", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update,
 			OldObject: v1(3, "7.2", `"cache.example.com/v2-spec":"{\"restore\":{\"backup\":\"b1\"}}"`),
 			Object:    v1(5, "7.2", `"cache.example.com/v2-spec":"{\"restore\":{\"backup\":\"b1\"}}"`)}, ""},
+		{"v1 update naming an unsupported engine through the annotation", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update,
+			OldObject: v1(3, "7.2", ""), Object: v1(3, "7.2", `"cache.example.com/v2-spec":"{\"engine\":{\"name\":\"valkey\"}}"`)},
+			"spec.version: valkey 7.2 is not supported"},
 		{"garbage", admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1"}, Operation: admissionv1.Update, OldObject: runtime.RawExtension{Raw: []byte(`{}`)}, Object: runtime.RawExtension{Raw: []byte(`[]`)}}, "decoding"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
