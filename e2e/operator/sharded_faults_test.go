@@ -117,7 +117,9 @@ func eventsNaming(t *testing.T, c *framework.Cluster, ns, reason, pod string) []
 // rejoins as its successor's replica (and may get its slots back from the spread phase, once in
 // sync); the writes it acknowledged alone are lost, and the operator
 // reports the failover (ShardFailedOver naming it, status.lastFailover, the metric) with what it
-// could not count. The cluster writer loses nothing, and its writes to the shard resume.
+// could not count. Then a replica of shard 1 is flagged master over its replication
+// (flagMasterAndHeal), which the operator restarts. The cluster writer loses nothing, and its
+// writes to the shard resume.
 func TestShardedCachePartition(t *testing.T) {
 	parallel(t)
 	c := framework.Setup(t)
@@ -150,6 +152,10 @@ func TestShardedCachePartition(t *testing.T) {
 	heal()
 	healed := time.Now()
 	waitShardsWhole(t, c, ns, faultCache, 3*time.Minute)
+	// Then another fault on the whole cache, under the same cluster writer: a replica of shard 1
+	// flagged master over its replication (the state a node's stop can leave), which the operator
+	// restarts (in this test to share its cache).
+	stray := f.flagMasterAndHeal(t, f.tags[1])
 	kept.halt()
 	f.w.halt()
 
@@ -167,6 +173,7 @@ func TestShardedCachePartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("then %s", stray)
 	t.Logf("the cluster writer's failures: %v, at %s", f.w.failures(), f.w.failedAt(map[string]time.Time{"the cut": t0, "the heal": healed}))
 	t.Logf("asymmetric partition of %s for 20 s: %s elected %.1f s after the cut, the cluster writer's shard 0 writes again %.1f s after; the kept connection: %d of %d acknowledged writes lost, the last acknowledged %.1f s after the cut; the cluster writer: %d of %d lost; ShardFailedOver %q; WritesDiscarded %d bytes (%d unmeasured) %q; failovers counted %v; status.lastFailover %v",
 		old.Name, successor.Name, elected.Seconds(), back.Seconds(), len(lost), len(kept.acked), lastLost.Sub(t0).Seconds(),
