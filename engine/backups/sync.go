@@ -113,8 +113,9 @@ func (c *Controller) checkStore(ctx context.Context, mc *unstructured.Unstructur
 	defer cancel()
 	store, sec, err := c.storeSecret(ctx, mc.GetNamespace(), spec.Backup.StoreSecret)
 	switch {
-	case sec != nil && spec.Backup.OnDelete == api.BackupDelete && sec.DeletionTimestamp == nil:
-		// The cache's deletion needs the Secret: it stays until then.
+	case sec != nil && err == nil && spec.Backup.OnDelete == api.BackupDelete && sec.DeletionTimestamp == nil:
+		// The cache's deletion needs the Secret: it stays until then. Only a Secret that reads as
+		// a store is held (any Secret a tenant names got the finalizer, a store or not).
 		if herr := c.holdStore(ctx, sec); herr != nil {
 			klog.FromContext(ctx).Error(herr, "Holding the store's Secret for the cache's deletion")
 		} else {
