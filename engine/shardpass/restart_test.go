@@ -221,24 +221,7 @@ func TestMasterWithKeysAndNoSlotsIsEmptied(t *testing.T) {
 	if !strings.Contains(kinds[shards.Flush], "c-1-1 serves no slot and holds 100 keys") {
 		t.Errorf("no Flush of c-1-1's 100 keys among the steps: %v", kinds)
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for {
-		r, err := member.ObserveWith(ctx, lc.clients["c-1-1"])
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := member.ObserveWith(ctx, lc.clients["c-1-0"])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Role == member.Replica && r.LinkUp && r.Keys == p.Keys {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("c-1-1: role %s, link up %v, %d keys (its primary %d); want a linked replica holding its primary's keys", r.Role, r.LinkUp, r.Keys, p.Keys)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the replica's sync, with the deadline above
-	}
+	lc.waitSyncedReplica(ctx, "c-1-1", "c-1-0", 30*time.Second)
 }
 
 // TestMasterFlagOverAReplicaIsRestarted: a replica holding its primary's keys whose cluster flags
@@ -268,30 +251,13 @@ func TestMasterFlagOverAReplicaIsRestarted(t *testing.T) {
 		}
 	}
 	r, p := &lc.members[3], lc.members[2] // c-1-1, c-1-0's replica
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		rr, err := member.ObserveWith(ctx, lc.clients[r.Name])
-		if err != nil {
-			t.Fatal(err)
-		}
-		pr, err := member.ObserveWith(ctx, lc.clients[p.Name])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rr.LinkUp && rr.Keys > 0 && rr.Keys == pr.Keys {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: link up %v, %d keys, its primary %d; want a synced replica", r.Name, rr.LinkUp, rr.Keys, pr.Keys)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the replica's sync, with the deadline above
-	}
+	lc.waitSyncedReplica(ctx, r.Name, p.Name, 30*time.Second)
 
 	id := lc.views(ctx)[r.Name].ID
 	membertest.ClaimMasterAsItself(t, net.JoinHostPort("127.0.0.1", fmt.Sprint(procs[r.Name].Bus)), id)
 	var v member.ClusterView
 	var repl member.Replication
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var err error
 		if v, err = member.ObserveCluster(ctx, lc.clients[r.Name]); err != nil {
@@ -337,25 +303,33 @@ func TestMasterFlagOverAReplicaIsRestarted(t *testing.T) {
 	if !slices.Contains(phases, string(shards.Flush)) || !slices.Contains(phases, string(shards.Replicate)) {
 		t.Errorf("the passes' phases %v: want a Flush, then a Replicate", phases)
 	}
-	deadline = time.Now().Add(30 * time.Second)
+	lc.waitSyncedReplica(ctx, r.Name, p.Name, 30*time.Second)
+}
+
+// waitSyncedReplica waits until member r is a replica in its replication (INFO) and its cluster
+// flags, linked, holding as many keys as p.
+func (lc *localCluster) waitSyncedReplica(ctx context.Context, r, p string, timeout time.Duration) {
+	lc.t.Helper()
+	deadline := time.Now().Add(timeout)
 	for {
-		rr, err := member.ObserveWith(ctx, lc.clients[r.Name])
+		rr, err := member.ObserveWith(ctx, lc.clients[r])
 		if err != nil {
-			t.Fatal(err)
+			lc.t.Fatal(err)
 		}
-		pr, err := member.ObserveWith(ctx, lc.clients[p.Name])
+		pr, err := member.ObserveWith(ctx, lc.clients[p])
 		if err != nil {
-			t.Fatal(err)
+			lc.t.Fatal(err)
 		}
-		v, err := member.ObserveCluster(ctx, lc.clients[r.Name])
+		v, err := member.ObserveCluster(ctx, lc.clients[r])
 		if err != nil {
-			t.Fatal(err)
+			lc.t.Fatal(err)
 		}
 		if rr.Role == member.Replica && !v.Primary && rr.LinkUp && rr.Keys == pr.Keys {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: INFO %s, cluster flags master %v, link up %v, %d keys (its primary %d); want a linked replica holding its primary's keys", r.Name, rr.Role, v.Primary, rr.LinkUp, rr.Keys, pr.Keys)
+			lc.t.Fatalf("%s: INFO %s, cluster flags master %v, link up %v, %d keys (%s %d); want a linked replica holding its primary's keys",
+				r, rr.Role, v.Primary, rr.LinkUp, rr.Keys, p, pr.Keys)
 		}
 		time.Sleep(100 * time.Millisecond) // polling the replica's sync, with the deadline above
 	}
